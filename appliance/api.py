@@ -1,0 +1,149 @@
+"""The control API: state, the appliance's own metrics, engine logs, drain and restart.
+
+Clients send inference to the engine's OpenAI port directly; this API only observes and acts.
+Every route but /livez needs the bearer token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+from prometheus_client import Enum as EnumMetric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from appliance.lifecycle import EngineState
+from appliance.supervisor import Command, EngineEvent, EngineSupervisor
+
+__all__ = ["create_app", "state_document"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+_BOOT = (EngineState.STARTING, EngineState.LOADING, EngineState.WARMING)
+
+
+def state_document(sup: EngineSupervisor) -> dict[str, Any]:
+    """What GET /state returns: lifecycle, identity of the config, and the plan without secrets."""
+    plan = sup.plan
+    return {
+        "state": sup.state.value,
+        "pid": sup.pid,
+        "uptime_s": sup.uptime(),
+        "restarts": sup.restarts,
+        "last_error": sup.last_error,
+        "engine_url": plan.base_url,
+        "health_url": plan.health_url,
+        "site": plan.site,
+        "family": plan.family,
+        "checkpoint": plan.checkpoint,
+        "served_name": plan.served_name,
+        "mesh": plan.mesh,
+        "engine": plan.engine,
+        "config_hash": plan.config_hash,
+        "choices": dict(plan.choices),
+        "provenance": dict(plan.provenance),
+        "plan": {"argv": list(plan.argv), "env": dict(plan.env), "secret_env": dict(plan.secret_env)},
+        "events": [_event(e) for e in sup.events[-50:]],
+    }
+
+
+def _event(event: EngineEvent) -> dict[str, Any]:
+    return {"at": event.at, "from": event.previous.value, "to": event.state.value, "reason": event.reason}
+
+
+class _Metrics:
+    """The appliance's own Prometheus metrics, in a registry of its own (no global state)."""
+
+    def __init__(self, sup: EngineSupervisor) -> None:
+        self.registry = CollectorRegistry()
+        self._state = EnumMetric(
+            "appliance_engine_state", "Engine lifecycle state", states=[s.value for s in EngineState],
+            registry=self.registry,
+        )  # fmt: skip
+        self._ready = Gauge("appliance_engine_ready", "1 when the engine is ready", registry=self.registry)
+        self._restarts = Counter("appliance_engine_restarts", "Crash restarts", registry=self.registry)
+        self._phase = Gauge(
+            "appliance_boot_phase_seconds", "Duration of the last boot's phases", ["phase"], registry=self.registry
+        )
+        info = Info("appliance_config", "The running config", registry=self.registry)
+        plan = sup.plan
+        info.info({"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
+                   "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
+        self._state.state(sup.state.value)
+        self._entered = time.monotonic()
+        sup.listeners.append(self.on_event)
+
+    def on_event(self, event: EngineEvent) -> None:
+        now = time.monotonic()
+        if event.previous in _BOOT:
+            self._phase.labels(event.previous.value).set(now - self._entered)
+        self._entered = now
+        self._state.state(event.state.value)
+        self._ready.set(1 if event.state is EngineState.READY else 0)
+        if event.state is EngineState.RESTARTING and event.previous is not EngineState.FAILED:
+            self._restarts.inc()
+
+
+def create_app(sup: EngineSupervisor, token: str) -> Starlette:
+    """The ASGI app for one supervised engine."""
+    metrics = _Metrics(sup)
+    expected = token.encode()
+
+    def guarded(handler: Handler) -> Handler:
+        async def check(request: Request) -> Response:
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").encode()
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
+            return await handler(request)
+
+        return check
+
+    async def livez(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def state(_: Request) -> Response:
+        return JSONResponse(state_document(sup))
+
+    async def prometheus(_: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def logs(request: Request) -> Response:
+        try:
+            tail = int(request.query_params.get("tail", "200"))
+        except ValueError:
+            return JSONResponse({"error": "tail must be an integer"}, status_code=400)
+        lines = sup.log.tail(tail)
+        if request.query_params.get("follow") not in ("1", "true"):
+            return PlainTextResponse("".join(f"{line}\n" for line in lines))
+
+        async def stream() -> AsyncIterator[str]:
+            for line in lines:
+                yield f"{line}\n"
+            async for line in sup.log.follow():
+                yield f"{line}\n"
+
+        return StreamingResponse(stream(), media_type="text/plain")
+
+    def action(command: Command) -> Handler:
+        async def act(_: Request) -> Response:
+            sup.request(command)
+            return JSONResponse({"accepted": command, "state": sup.state.value}, status_code=202)
+
+        return act
+
+    return Starlette(
+        routes=[
+            Route("/livez", livez),
+            Route("/state", guarded(state)),
+            Route("/metrics", guarded(prometheus)),
+            Route("/logs", guarded(logs)),
+            Route("/drain", guarded(action("drain")), methods=["POST"]),
+            Route("/restart", guarded(action("restart")), methods=["POST"]),
+        ]
+    )

@@ -1,0 +1,52 @@
+"""The appliance's exception family.
+
+ApplianceError
+├── ConfigError    the composed config is invalid; carries every Problem found
+├── LaunchError    a valid plan cannot be started here (no device, lock held, no engine)
+└── EngineError    the engine failed after it was started
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ApplianceError", "ConfigError", "EngineError", "LaunchError", "Problem", "Severity"]
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding about a config: what is wrong, where, and what to do instead."""
+
+    code: str
+    key: str
+    message: str
+    fix: str = ""
+    severity: Severity = "error"
+
+    def render(self) -> str:
+        """The one-line form the CLI prints."""
+        text = f"{self.severity}[{self.code}] {self.key}: {self.message}"
+        return f"{text}. {self.fix}" if self.fix else text
+
+
+class ApplianceError(Exception):
+    """Base of every error the appliance reports to an operator."""
+
+
+class ConfigError(ApplianceError):
+    """The config cannot be served; every problem found is listed, not just the first."""
+
+    def __init__(self, problems: tuple[Problem, ...]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(p.render() for p in problems))
+
+
+class LaunchError(ApplianceError):
+    """A valid plan cannot be started on this host."""
+
+
+class EngineError(ApplianceError):
+    """The engine process failed after it was spawned."""

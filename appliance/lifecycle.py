@@ -1,0 +1,59 @@
+"""The engine lifecycle: states, the transitions allowed between them, and boot phases from logs.
+
+    from \\ to     starting loading warming ready draining stopped failed restarting
+    validating      x                                         x
+    starting                x       x       x     x           x      x
+    loading                         x       x     x           x      x
+    warming                                 x     x           x      x
+    ready                                         x           x      x
+    draining                                            x     x
+    stopped         x
+    failed                                              x            x
+    restarting      x                             x     x     x
+
+`ready` is never inferred from a log line: only /health plus a one-token completion set it.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+__all__ = ["TRANSITIONS", "EngineState", "phase_from_log"]
+
+
+class EngineState(str, Enum):
+    VALIDATING = "validating"
+    STARTING = "starting"
+    LOADING = "loading"
+    WARMING = "warming"
+    READY = "ready"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    RESTARTING = "restarting"
+
+
+_S = EngineState
+TRANSITIONS: dict[EngineState, frozenset[EngineState]] = {
+    _S.VALIDATING: frozenset({_S.STARTING, _S.FAILED}),
+    _S.STARTING: frozenset({_S.LOADING, _S.WARMING, _S.READY, _S.DRAINING, _S.FAILED, _S.RESTARTING}),
+    _S.LOADING: frozenset({_S.WARMING, _S.READY, _S.DRAINING, _S.FAILED, _S.RESTARTING}),
+    _S.WARMING: frozenset({_S.READY, _S.DRAINING, _S.FAILED, _S.RESTARTING}),
+    _S.READY: frozenset({_S.DRAINING, _S.FAILED, _S.RESTARTING}),
+    _S.DRAINING: frozenset({_S.STOPPED, _S.FAILED}),
+    _S.STOPPED: frozenset({_S.STARTING}),
+    _S.FAILED: frozenset({_S.RESTARTING, _S.STOPPED}),
+    _S.RESTARTING: frozenset({_S.STARTING, _S.DRAINING, _S.STOPPED, _S.FAILED}),
+}
+
+# Boot-phase markers in vLLM's own log lines (checked against tests/data/vllm-cpu-boot.log).
+_PHASES: tuple[tuple[re.Pattern[str], EngineState], ...] = (
+    (re.compile(r"Starting to load model|Loading weights|Loading model from"), _S.LOADING),
+    (re.compile(r"Model loading took|Loading weights took|init engine \(profile"), _S.WARMING),
+)
+
+
+def phase_from_log(line: str) -> EngineState | None:
+    """The boot phase a log line announces, if any."""
+    return next((state for pattern, state in _PHASES if pattern.search(line)), None)

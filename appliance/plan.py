@@ -1,0 +1,164 @@
+"""Turn a validated config into the exact engine launch: interpreter, argv, environment, URLs.
+
+Pure: no I/O, no host access. vLLM flag names appear only in this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from appliance.compose import CONF_DIR
+from appliance.errors import Problem
+from appliance.schema import ControlConfig, EngineKind, SupervisorConfig
+from appliance.validate import ValidatedConfig
+
+__all__ = ["ENGINE_MODULE", "LaunchPlan", "build_plan"]
+
+ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+_RPC_TIMEOUT_MS = {"single": "100000", "lanes": "900000"}  # plugin README: model load + trace capture
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """Everything needed to start the engine, and nothing secret."""
+
+    engine: EngineKind
+    python: str
+    argv: tuple[str, ...]
+    """Full command line, interpreter first."""
+    env: Mapping[str, str]
+    """Environment added to the appliance's own for the engine process."""
+    secret_env: Mapping[str, str]
+    """Engine variable -> name of the appliance variable that holds the secret (never its value)."""
+    model_path: str
+    generate: str | None
+    """Recipe that must build model_path before boot (the embedded tiny model), else None."""
+    served_name: str
+    host: str
+    port: int
+    base_url: str
+    health_url: str
+    ready_timeout_s: float
+    site: str
+    family: str
+    checkpoint: str
+    mesh: str
+    control: ControlConfig
+    supervisor: SupervisorConfig
+    state_dir: str
+    log_dir: str
+    config_hash: str
+    choices: Mapping[str, str]
+    provenance: Mapping[str, str]
+    warnings: tuple[Problem, ...]
+
+    def command_line(self) -> str:
+        """The shell line an operator could run by hand (secrets stay as $NAME references)."""
+        import shlex
+
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        secrets = [f"{k}=${v}" for k, v in self.secret_env.items()]
+        return " ".join([*env, *secrets, *(shlex.quote(a) for a in self.argv)])
+
+    def to_json(self) -> dict[str, Any]:
+        # Read-only mappings (mappingproxy) are not JSON types; the fallback copies them to dicts.
+        return to_jsonable_python(self, fallback=dict)  # type: ignore[no-any-return]
+
+
+def build_plan(validated: ValidatedConfig) -> LaunchPlan:
+    """The launch plan for a validated config."""
+    cfg = validated.config
+    paths = cfg.paths
+    engines_dir = Path(paths.engines_dir) if paths.engines_dir else CONF_DIR.parent / ".engines"
+    python = cfg.engine.python or str(engines_dir / validated.engine / "bin" / "python")
+    generate = validated.checkpoint.generated
+    model_path = str(Path(paths.cache_dir) / "models" / generate) if generate else cfg.model.checkpoint
+    served = cfg.model.served_name or cfg.model.checkpoint
+    probe_host = "127.0.0.1" if cfg.serving.host in ("0.0.0.0", "::") else cfg.serving.host
+    base_url = f"http://{probe_host}:{cfg.serving.port}"
+    return LaunchPlan(
+        engine=validated.engine,
+        python=python,
+        argv=(python, "-m", ENGINE_MODULE, *_engine_args(validated, model_path, served)),
+        env=MappingProxyType(_engine_env(validated)),
+        secret_env=MappingProxyType(_secret_env(validated)),
+        model_path=model_path,
+        generate=generate,
+        served_name=served,
+        host=cfg.serving.host,
+        port=cfg.serving.port,
+        base_url=base_url,
+        health_url=f"{base_url}/health",
+        ready_timeout_s=cfg.engine.ready_timeout_s,
+        site=cfg.site.name,
+        family=validated.family.family,
+        checkpoint=cfg.model.checkpoint,
+        mesh=cfg.mesh.option,
+        control=cfg.control,
+        supervisor=cfg.supervisor,
+        state_dir=paths.state_dir,
+        log_dir=paths.log_dir,
+        config_hash=validated.composed.config_hash,
+        choices=validated.composed.choices,
+        provenance=validated.composed.provenance,
+        warnings=validated.warnings,
+    )
+
+
+def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
+    cfg = v.config
+    args = [
+        "--model",
+        model_path,
+        "--served-model-name",
+        served,
+        "--host",
+        cfg.serving.host,
+        "--port",
+        str(cfg.serving.port),
+        "--max-model-len",
+        str(v.max_context),
+        # vLLM counts sequences per data-parallel rank or lane; the config counts the whole system.
+        "--max-num-seqs",
+        str(v.max_concurrency // v.data_parallel),
+        "--enable-prefix-caching" if cfg.features.prefix_caching else "--no-enable-prefix-caching",
+        "--async-scheduling" if cfg.features.async_decode else "--no-async-scheduling",
+        # A drain lets in-flight requests finish; the supervisor kills the group after stop_grace_s more.
+        "--shutdown-timeout",
+        str(int(cfg.supervisor.shutdown_timeout_s)),
+    ]
+    if v.data_parallel > 1:
+        args += ["--data-parallel-size", str(v.data_parallel)]
+    if v.engine == "tt" and v.tt_options:
+        args += ["--additional-config", json.dumps({"tt": dict(v.tt_options)}, sort_keys=True)]
+    return [*args, *cfg.engine.extra_args]
+
+
+def _engine_env(v: ValidatedConfig) -> dict[str, str]:
+    cfg = v.config
+    env = {"PYTHONUNBUFFERED": "1", "HF_HOME": str(Path(cfg.paths.cache_dir) / "hf")}
+    if v.engine == "tt":
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.model.checkpoint)
+        env |= {
+            "MESH_DEVICE": cfg.mesh.mesh_device or "",
+            "VLLM_RPC_TIMEOUT": _RPC_TIMEOUT_MS["lanes" if v.lane_dp else "single"],
+            "VLLM_USE_V2_MODEL_RUNNER": "0",
+            "TT_CACHE_PATH": str(Path(cfg.paths.cache_dir) / "tt" / slug / cfg.mesh.option),
+        }
+    return env | dict(v.env)
+
+
+def _secret_env(v: ValidatedConfig) -> dict[str, str]:
+    cfg = v.config
+    secrets = {"HF_TOKEN": cfg.site.hf_token_env}
+    if cfg.serving.api_key_env:
+        secrets["VLLM_API_KEY"] = cfg.serving.api_key_env
+    return secrets

@@ -1,0 +1,207 @@
+"""Typed, immutable config: the shape every Hydra composition is parsed into.
+
+The attribute docstrings are the config reference (`appliance config-reference` prints them),
+so they say what a key means to an operator, not how the code uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ConfigDict
+
+__all__ = [
+    "ApplianceConfig",
+    "ControlConfig",
+    "EngineConfig",
+    "EngineKind",
+    "FeaturesConfig",
+    "MeshConfig",
+    "ModelConfig",
+    "PathsConfig",
+    "PrecisionConfig",
+    "ServingConfig",
+    "SiteConfig",
+    "Status",
+    "SupervisorConfig",
+    "STATUS_ORDER",
+]
+
+Status = Literal["experimental", "functional", "complete", "top_perf"]
+STATUS_ORDER: tuple[Status, ...] = ("experimental", "functional", "complete", "top_perf")
+EngineKind = Literal["tt", "cpu"]
+
+_STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    __pydantic_config__ = _STRICT
+
+    family: str
+    """Model family: the name of a file in models/ (llama, qwen, mistral, gemma, ...)."""
+    checkpoint: str
+    """Hugging Face repo id or local directory; must be a checkpoint the family's matrix lists."""
+    served_name: str | None = None
+    """Name clients pass as `model`; defaults to the checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeshConfig:
+    __pydantic_config__ = _STRICT
+
+    name: str
+    """Hardware name as the Tenstorrent stack spells it (N150, T3K, P150x4, CPU, auto)."""
+    option: str
+    """The conf/mesh option this came from; the matrix is keyed by it."""
+    arch: Literal["wormhole", "blackhole", "cpu", "auto"]
+    """Chip architecture."""
+    chips: int
+    """Number of chips the mesh spans."""
+    boards: int
+    """Number of boards (PCIe cards or Galaxy trays) the mesh spans."""
+    board_name: str | None
+    """Board type as tt-smi and the Kubernetes DRA driver report it (n150, n300, p150, ...)."""
+    shape: tuple[int, int]
+    """Logical mesh grid (rows, columns)."""
+    mesh_device: str | None
+    """MESH_DEVICE value the plugin expects; None for the CPU mesh."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionConfig:
+    __pydantic_config__ = _STRICT
+
+    name: Literal["default", "performance", "accuracy"]
+    """Precision profile; must be validated for the checkpoint on this mesh."""
+    optimizations: Literal["performance", "accuracy"] | None
+    """The plugin's `tt.optimizations` value; None keeps the model's own default."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    # `engine.env.X=5` arrives as an int from the override parser; environment values are strings.
+    __pydantic_config__ = ConfigDict(extra="forbid", use_attribute_docstrings=True, coerce_numbers_to_str=True)
+
+    kind: Literal["tt", "cpu", "auto"]
+    """Engine: tt (vLLM + vllm-tt-plugin), cpu (vLLM on the CPU), auto (from the mesh)."""
+    python: str | None = None
+    """Engine interpreter; None uses the environment `appliance build` made under .engines/."""
+    extra_args: tuple[str, ...] = ()
+    """Raw vLLM flags appended to the command; validated like everything else."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the engine process (non-secret values only)."""
+    ready_timeout_s: float = 600.0
+    """Readiness budget: how long boot may take before the engine counts as failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingConfig:
+    __pydantic_config__ = _STRICT
+
+    host: str = "127.0.0.1"
+    """Address the engine's OpenAI API binds to."""
+    port: int = 8000
+    """Port of the engine's OpenAI API (clients talk to it directly)."""
+    max_context: int | None = None
+    """Longest request in tokens (vLLM --max-model-len); None uses the matrix row's maximum."""
+    max_concurrency: int | None = None
+    """Concurrent sequences (vLLM --max-num-seqs, whole system); None uses the row's maximum."""
+    data_parallel: int | None = None
+    """Data-parallel size; None uses the row's value."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the OpenAI API key clients must send."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesConfig:
+    __pydantic_config__ = _STRICT
+
+    prefix_caching: bool = False
+    """Automatic prefix caching; the model must declare it."""
+    async_decode: bool = False
+    """Async scheduling (decode overlap); the model must declare it."""
+    sample_on_device: Literal["all", "decode_only", "off"] | None = None
+    """On-device sampling mode; None takes the matrix row's value."""
+    strict: bool = True
+    """A requested capability the model does not declare is an error (false: a warning)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlConfig:
+    __pydantic_config__ = _STRICT
+
+    host: str = "127.0.0.1"
+    """Address of the appliance's control API (loopback unless you mean it)."""
+    port: int = 8100
+    """Port of the control API."""
+    token_env: str = "APPLIANCE_TOKEN"
+    """Environment variable holding the control API token; if unset a 0600 token file is made."""
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    __pydantic_config__ = _STRICT
+
+    health_interval_s: float = 2.0
+    """Seconds between /health probes once ready."""
+    hang_timeout_s: float = 30.0
+    """A ready engine whose /health fails this long is restarted."""
+    stop_grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping the engine's process group."""
+    shutdown_timeout_s: float = 60.0
+    """How long a drain waits for in-flight requests before stopping anyway."""
+    max_restarts: int = 5
+    """Crash restarts allowed before the appliance stays failed."""
+    backoff_initial_s: float = 1.0
+    """First restart delay; doubles per consecutive crash."""
+    backoff_max_s: float = 30.0
+    """Cap on the restart delay."""
+
+
+@dataclass(frozen=True, slots=True)
+class SiteConfig:
+    __pydantic_config__ = _STRICT
+
+    name: str = "default"
+    """Site name shown in plans, the console and the fleet inventory."""
+    min_status: Status = "experimental"
+    """Lowest matrix status tier this site accepts."""
+    hf_token_env: str = "HF_TOKEN"
+    """Environment variable holding the Hugging Face token (passed by name, never by value)."""
+    description: str = ""
+    """Free text for operators."""
+
+
+@dataclass(frozen=True, slots=True)
+class PathsConfig:
+    __pydantic_config__ = _STRICT
+
+    cache_dir: str
+    """Model, tensor and generated-checkpoint caches."""
+    state_dir: str
+    """Locks, tokens and boot records."""
+    log_dir: str
+    """Rotating engine logs."""
+    engines_dir: str | None = None
+    """Where `appliance build` puts engine environments; None: .engines beside conf/."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApplianceConfig:
+    __pydantic_config__ = _STRICT
+
+    model: ModelConfig
+    mesh: MeshConfig
+    precision: PrecisionConfig
+    engine: EngineConfig
+    serving: ServingConfig
+    features: FeaturesConfig
+    control: ControlConfig
+    supervisor: SupervisorConfig
+    site: SiteConfig
+    paths: PathsConfig
+    tt: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keys for the plugin's --additional-config '{"tt": ...}'; each key is validated."""

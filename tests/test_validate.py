@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from appliance.compose import compose_config
+from appliance.errors import ConfigError
+from appliance.matrix import CompatibilityMatrix, load_matrix
+from appliance.plan import build_plan
+from appliance.validate import validate
+
+
+def codes(matrix: CompatibilityMatrix, *overrides: str) -> set[str]:
+    with pytest.raises(ConfigError) as caught:
+        validate(compose_config(list(overrides)), matrix)
+    return {p.code for p in caught.value.problems}
+
+
+def test_the_contract_example_validates_with_only_warnings(matrix: CompatibilityMatrix) -> None:
+    validated = validate(
+        compose_config([
+            "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+            "serving.max_context=65536", "serving.max_concurrency=32", "features.prefix_caching=true",
+            "features.async_decode=true", "precision=accuracy", "site=lab-t3k",
+        ]),
+        matrix,
+    )  # fmt: skip
+    assert validated.engine == "tt"
+    assert {w.code for w in validated.warnings} == {"async-without-device-sampling"}
+
+
+def test_context_above_the_row_names_the_limit_and_bigger_meshes(matrix: CompatibilityMatrix) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(compose_config(["+model=llama", "mesh=n150", "serving.max_context=131072"]), matrix)
+    (problem,) = caught.value.problems
+    assert problem.code == "context-too-long"
+    assert "exceeds 32768, the most validated for meta-llama/Llama-3.1-8B-Instruct on n150" in problem.message
+    assert "mesh=n300|t3k" in problem.fix
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code"),
+    [
+        (["model.family=lama"], "unknown-family"),
+        (["+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.1-8B-Instrct"], "unknown-checkpoint"),
+        (
+            ["+model=qwen", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.1-8B-Instruct"],
+            "checkpoint-family-mismatch",
+        ),
+        (["+model=gpt_oss", "mesh=n150"], "mesh-not-validated"),
+        (["+model=llama", "mesh=t3k", "serving.max_concurrency=64"], "concurrency-too-high"),
+        (
+            ["+model=qwen", "mesh=n300", "model.checkpoint=Qwen/Qwen2.5-7B-Instruct", "site=edge-n150"],
+            "status-below-minimum",
+        ),
+        (["+model=gpt_oss", "mesh=t3k", "precision=performance"], "precision-not-validated"),
+        (
+            ["+model=gemma", "mesh=t3k", "model.checkpoint=google/gemma-3-27b-it", "features.prefix_caching=true"],
+            "capability-not-declared",
+        ),
+        (
+            [
+                "+model=llama",
+                "mesh=t3k",
+                "model.checkpoint=meta-llama/Llama-3.2-11B-Vision-Instruct",
+                "features.sample_on_device=all",
+            ],
+            "capability-not-declared",
+        ),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[--enable-lora]"], "unsupported-feature"),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[--tensor-parallel-size,2]"], "unsupported-feature"),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[--speculative-config,'{}']"], "unsupported-feature"),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[--nnodes,2]"], "unsupported-feature"),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[--max-model-len,4096]"], "flag-owned-by-config"),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[--max-logprobs,50]"], "unsupported-feature"),
+        (["+model=llama", "mesh=t3k", "engine.extra_args=[oops]"], "extra-args"),
+        (
+            ["+model=deepseek_v3", "mesh=galaxy", "serving.data_parallel=4", "serving.max_concurrency=256"],
+            "data-parallel",
+        ),
+        (["+model=llama", "mesh=n300", "serving.data_parallel=4"], "data-parallel"),
+        (["+model=llama", "mesh=t3k", "tt.trace_mode=fast"], "tt-config-value"),
+        (["+model=llama", "mesh=t3k", "tt.fabric_config=FABRIC_3D"], "tt-config-value"),
+        (["+model=llama", "mesh=t3k", "tt.trace_region_size=-1"], "tt-config-value"),
+        (["+model=llama", "mesh=t3k", "tt.enable_model_warmup=yes"], "tt-config-value"),
+        (["+model=llama", "mesh=t3k", "tt.always_compat_sampling=true"], "tt-config-value"),
+        (["+model=llama", "mesh=t3k", "tt.rank_binding=x.yaml"], "unsupported-feature"),
+        (["+model=llama", "mesh=t3k", "tt.optimizations=accuracy"], "tt-config-key"),
+        (["+model=llama", "mesh=t3k", "tt._tt_resolved_lane_count=4"], "tt-config-key"),
+        (["+model=llama", "mesh=t3k", "tt.trace_regoin_size=1"], "tt-config-key"),
+        (["+model=llama", "mesh=t3k", "engine.env.TT_LLAMA_TEXT_VER=llama4"], "tt-env-value"),
+        (["+model=llama", "mesh=t3k", "engine.env.MESH_DEVICE=T4K"], "tt-env-value"),
+        (["mesh=cpu", "tt.trace_mode=none"], "tt-options-on-cpu"),
+        (["+model=llama", "mesh=t3k", "engine=cpu"], "engine-mesh-mismatch"),
+        (["+model=gemma", "mesh=n150", "model.checkpoint=google/gemma-3-1b-it"], "architecture-not-registered"),
+        (["+model=llama"], "mesh-auto-unresolved"),
+    ],
+)
+def test_each_rule_reports_its_code(matrix: CompatibilityMatrix, overrides: list[str], code: str) -> None:
+    assert code in codes(matrix, *overrides)
+
+
+def test_every_problem_is_reported_at_once(matrix: CompatibilityMatrix) -> None:
+    found = codes(
+        matrix, "+model=llama", "mesh=n150", "serving.max_context=131072", "serving.max_concurrency=64",
+        "tt.trace_mode=fast", "engine.extra_args=[--enable-lora]",
+    )  # fmt: skip
+    assert {"context-too-long", "concurrency-too-high", "tt-config-value", "unsupported-feature"} <= found
+
+
+def test_a_capability_is_only_a_warning_when_not_strict(matrix: CompatibilityMatrix) -> None:
+    validated = validate(
+        compose_config([
+            "+model=gemma", "mesh=t3k", "model.checkpoint=google/gemma-3-27b-it", "features.prefix_caching=true",
+            "features.strict=false",
+        ]),
+        matrix,
+    )  # fmt: skip
+    assert "capability-not-declared" in {w.code for w in validated.warnings}
+
+
+def test_lane_data_parallelism_follows_the_galaxy_text_version(matrix: CompatibilityMatrix) -> None:
+    validated = validate(
+        compose_config(["+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]), matrix
+    )
+    assert validated.lane_dp and validated.data_parallel == 4
+
+
+MATRIX = load_matrix()
+ROWS = [(f.family, c.checkpoint, d.mesh) for f, c, d in MATRIX.rows() if f.architectures[c.architecture].registered]
+
+
+@pytest.mark.parametrize(("family", "checkpoint", "mesh"), ROWS, ids=[f"{c}@{m}" for _, c, m in ROWS])
+def test_every_validated_row_yields_a_plan(
+    matrix: CompatibilityMatrix, family: str, checkpoint: str, mesh: str
+) -> None:
+    validated = validate(compose_config([f"model={family}", f"model.checkpoint={checkpoint}", f"mesh={mesh}"]), matrix)
+    plan = build_plan(validated)
+    assert plan.checkpoint == checkpoint and plan.mesh == mesh
+
+
+KEYS = st.sampled_from([
+    "serving.max_context", "serving.max_concurrency", "serving.data_parallel", "serving.port",
+    "features.prefix_caching",
+    "features.async_decode", "features.sample_on_device", "features.strict", "model.checkpoint", "model.family",
+    "tt.trace_mode", "tt.trace_region_size", "tt.fabric_config", "engine.extra_args", "site.min_status", "mesh",
+    "model", "precision", "engine", "site", "+bogus", "++model.extra", "~serving",
+])  # fmt: skip
+VALUES = st.one_of(
+    st.integers(-5, 300_000).map(str), st.sampled_from(["true", "false", "null", "all", "t3k", "llama", "[--x,1]"]),
+    st.text("abcdefghijklmnopqrstuvwxyz_-./=[]{},:'\" 0123456789", max_size=12),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(KEYS, VALUES), max_size=5))
+def test_random_overrides_give_a_plan_or_a_config_error(pairs: list[tuple[str, str]]) -> None:
+    overrides = [f"{k}={v}" for k, v in pairs] + ["mesh=t3k", "+model=llama"]
+    try:
+        build_plan(validate(compose_config(overrides), MATRIX))
+    except ConfigError as error:
+        assert error.problems and all(p.key for p in error.problems)

@@ -1,0 +1,1 @@
+"""The operator console (Textual); it talks only to the control API."""
