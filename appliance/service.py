@@ -57,6 +57,9 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
             "engine=tt needs Tenstorrent devices, but /dev/tenstorrent has none on this host. "
             "Serve the embedded CPU default with `appliance serve`, or run this config on a TT host."
         )
+    if plan.generate is None and plan.model_path.startswith(("/", ".", "~")) and not Path(plan.model_path).is_dir():
+        # vLLM would take the path for a hub repo id and fail only after its imports.
+        raise LaunchError(f"model.checkpoint {plan.model_path} is not a directory on this host")
     if not Path(plan.python).is_file():
         hint = "run `make engine-cpu`" if plan.engine == "cpu" else "set engine.python to the tt-metal environment"
         raise LaunchError(f"engine interpreter {plan.python} does not exist; {hint}")

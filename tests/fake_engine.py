@@ -1,0 +1,78 @@
+"""A small real child process that behaves like the engine in ways vLLM cannot on demand.
+
+Used only for fault cases: hanging while alive, ignoring SIGTERM, crashing at a chosen moment.
+It serves /health and /v1/completions over real HTTP and prints vLLM-style boot lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--mode", default="ok", choices=["ok", "boot-crash", "crash-after", "hang-after", "no-ready"])
+    parser.add_argument("--after", type=float, default=1.0, help="seconds after ready for crash/hang modes")
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--child", action="store_true", help="fork a worker into the same process group")
+    args = parser.parse_args()
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.child:
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        print(f"worker pid {worker.pid}", flush=True)
+    print("INFO Starting to load model fake...", flush=True)
+    if args.mode == "boot-crash":
+        print("ERROR RuntimeError: fake engine cannot load the model", flush=True)
+        sys.exit(3)
+    print("INFO Model loading took 0.01 GiB and 0.1 seconds", flush=True)
+    state = {"healthy": args.mode != "no-ready"}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.path == "/health" and state["healthy"]:
+                self._reply(200, b"")
+            elif self.path == "/health":
+                time.sleep(30)  # hung: the connection stays open without an answer
+            else:
+                self._reply(404, b"")
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            self.rfile.read(length)
+            self._reply(200, json.dumps({"choices": [{"text": "x"}]}).encode())
+
+        def _reply(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("INFO Application startup complete.", flush=True)
+    if args.mode in ("crash-after", "hang-after"):
+        time.sleep(args.after)
+        if args.mode == "crash-after":
+            print("ERROR fake engine crashed", flush=True)
+            os._exit(7)
+        state["healthy"] = False
+        print("WARNING fake engine hangs", flush=True)
+    while True:
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Test helpers: free ports, plans pointed at a child script, waiting on lifecycle states."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from appliance.compose import compose_config
+from appliance.lifecycle import EngineState
+from appliance.matrix import load_matrix
+from appliance.plan import LaunchPlan, build_plan
+from appliance.supervisor import EngineSupervisor
+from appliance.validate import validate
+
+FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_plan(tmp_path: Path, *overrides: str) -> LaunchPlan:
+    """The real embedded-default plan, with its state and logs under tmp_path."""
+    return build_plan(
+        validate(
+            compose_config([
+                "mesh=cpu", "engine=cpu", f"paths.state_dir={tmp_path}/state", f"paths.log_dir={tmp_path}/logs",
+                *overrides,
+            ]),
+            load_matrix(),
+        )
+    )  # fmt: skip
+
+
+def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **supervisor: Any) -> LaunchPlan:
+    """The embedded-default plan with its argv pointed at tests/fake_engine.py on a free port."""
+    plan = cpu_plan(tmp_path)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    fast = {"health_interval_s": 0.2, "hang_timeout_s": 1.0, "stop_grace_s": 1.0, "shutdown_timeout_s": 1.0,
+            "backoff_initial_s": 0.1, "backoff_max_s": 0.2} | supervisor  # fmt: skip
+    return replace(
+        plan, argv=(sys.executable, str(FAKE_ENGINE), "--port", str(port), *fake_args), port=port, base_url=base,
+        health_url=f"{base}/health", ready_timeout_s=ready_timeout_s, supervisor=replace(plan.supervisor, **fast),
+    )  # fmt: skip
+
+
+async def wait_for(sup: EngineSupervisor, *states: EngineState, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while sup.state not in states:
+        if loop.time() > deadline:
+            raise AssertionError(f"state stayed {sup.state.value}, wanted {[s.value for s in states]}")
+        await asyncio.sleep(0.05)
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies waiting to be reaped do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

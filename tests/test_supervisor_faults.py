@@ -1,0 +1,119 @@
+"""Supervisor fault handling against a real child script (faults vLLM cannot produce on demand)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.engine_log import EngineLog
+from appliance.lifecycle import EngineState
+from appliance.supervisor import EngineSupervisor
+
+from .helpers import fake_plan, process_group_alive, wait_for
+
+S = EngineState
+
+
+Factory = Callable[..., EngineSupervisor]
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[Factory]:
+    """Supervisors of tests/fake_engine.py with the given arguments; their logs close at teardown."""
+    logs: list[EngineLog] = []
+
+    def make(*fake_args: str, **kw: Any) -> EngineSupervisor:
+        logs.append(EngineLog(tmp_path / "logs"))
+        return EngineSupervisor(fake_plan(tmp_path, *fake_args, **kw), logs[-1])
+
+    yield make
+    for log in logs:
+        log.close()
+
+
+async def test_boot_goes_through_loading_and_warming_to_ready_then_stops_clean(supervisor: Factory) -> None:
+    sup = supervisor("--child")
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.READY)
+    pgid = sup.pid
+    assert pgid is not None
+    states = [e.state for e in sup.events]
+    assert states[:4] == [S.STARTING, S.LOADING, S.WARMING, S.READY]
+    sup.request("stop")
+    await run
+    assert sup.state is S.STOPPED
+    assert not process_group_alive(pgid)
+    assert "Application startup complete." in sup.log.path.read_text()
+
+
+async def test_a_crash_during_boot_fails_with_the_cause_and_is_not_restarted(supervisor: Factory) -> None:
+    sup = supervisor("--mode", "boot-crash")
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.FAILED)
+    await asyncio.sleep(0.5)
+    assert sup.state is S.FAILED and sup.restarts == 0
+    assert sup.last_error is not None
+    assert "code 3" in sup.last_error and "cannot load the model" in sup.last_error
+    sup.request("stop")
+    await run
+
+
+async def test_a_crash_after_ready_restarts_until_the_crash_loop_limit(supervisor: Factory) -> None:
+    sup = supervisor("--mode", "crash-after", "--after", "2.5", max_restarts=2)
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.FAILED, timeout=60)
+    assert sup.restarts == 2
+    assert sup.last_error is not None and "crash loop: 3 crashes" in sup.last_error
+    assert [e.state for e in sup.events].count(S.READY) == 3
+    sup.request("stop")
+    await run
+
+
+async def test_a_hung_engine_is_killed_and_restarted(supervisor: Factory) -> None:
+    sup = supervisor("--mode", "hang-after", "--after", "3")
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.RESTARTING, timeout=30)
+    assert sup.last_error is not None and "stopped answering /health" in sup.last_error
+    await wait_for(sup, S.READY)
+    sup.request("stop")
+    await run
+
+
+async def test_an_engine_ignoring_sigterm_is_killed_after_the_grace_period(supervisor: Factory) -> None:
+    sup = supervisor("--ignore-sigterm", "--child")
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.READY)
+    pgid = sup.pid
+    assert pgid is not None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    sup.request("stop")
+    await run
+    assert 1.5 <= loop.time() - started < 10  # shutdown_timeout_s + stop_grace_s, then SIGKILL
+    assert not process_group_alive(pgid)
+
+
+async def test_not_ready_within_the_budget_fails(supervisor: Factory) -> None:
+    sup = supervisor("--mode", "no-ready", ready_timeout_s=2.0)
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.FAILED, timeout=20)
+    assert sup.last_error is not None and "not ready within 2s" in sup.last_error
+    sup.request("stop")
+    await run
+
+
+async def test_drain_then_restart_from_stopped(supervisor: Factory) -> None:
+    sup = supervisor()
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.READY)
+    sup.request("drain")
+    await wait_for(sup, S.STOPPED)
+    sup.request("restart")
+    await wait_for(sup, S.READY)
+    sup.request("stop")
+    await run
+    assert [e.state for e in sup.events].count(S.READY) == 2
