@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `appliance` console script."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health probe is noise
     try:
         code: int = args.run(args)
         return code
@@ -166,8 +167,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     token = os.environ.get(args.token_env, "")
     if not token and args.token_file:
         token = Path(args.token_file).read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        reply = httpx.get(f"{args.url}/state", headers={"Authorization": f"Bearer {token}"}, timeout=5.0)
+        reply = httpx.get(f"{args.url}/state", headers=headers, timeout=5.0)
     except httpx.HTTPError as error:
         raise EngineError(f"cannot reach the control API at {args.url}: {error}") from None
     if reply.status_code != 200:

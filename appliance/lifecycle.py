@@ -49,7 +49,7 @@ TRANSITIONS: dict[EngineState, frozenset[EngineState]] = {
 
 # Boot-phase markers in vLLM's own log lines (checked against tests/data/vllm-cpu-boot.log).
 _PHASES: tuple[tuple[re.Pattern[str], EngineState], ...] = (
-    (re.compile(r"Starting to load model|Loading weights|Loading model from"), _S.LOADING),
+    (re.compile(r"Starting to load model|Loading model from"), _S.LOADING),
     (re.compile(r"Model loading took|Loading weights took|init engine \(profile"), _S.WARMING),
 )
 
