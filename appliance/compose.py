@@ -32,11 +32,11 @@ from appliance.schema import ApplianceConfig, MeshConfig
 __all__ = ["CONF_DIR", "GROUPS", "ComposedConfig", "compose_config", "group_options", "mesh_catalog"]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("model", "mesh", "precision", "engine", "site")
+GROUPS = ("model", "mesh", "precision", "engine", "workload", "site")
 COMMAND_LINE = "command line"
 _ADAPTER: TypeAdapter[ApplianceConfig] = TypeAdapter(ApplianceConfig)
-_GROUP_ALIAS = re.compile(r"^\+(?P<group>model|mesh|precision|engine|site)=")
-_GROUP_CHOICE = re.compile(r"^(?P<group>model|mesh|precision|engine|site)=(?P<value>.*)$")
+_GROUP_ALIAS = re.compile(rf"^\+(?P<group>{'|'.join(GROUPS)})=")
+_GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
 _OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
 _OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env)\.[^=]+=)")
@@ -211,7 +211,7 @@ def _provenance(choices: Mapping[str, str], overrides: tuple[str, ...], extra_ro
     primary = _load_yaml(CONF_DIR / "config.yaml")
     primary.pop("defaults", None)
     _record(origin, primary, "", "conf/config.yaml")
-    for group in ("model", "mesh", "precision", "engine", "site", "local"):
+    for group in (*GROUPS, "local"):
         option = choices.get(group)
         path = next((r / group / f"{option}.yaml" for r in roots if (r / group / f"{option}.yaml").is_file()), None)
         if option is None or path is None:

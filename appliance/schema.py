@@ -18,6 +18,7 @@ __all__ = [
     "EngineConfig",
     "EngineKind",
     "FeaturesConfig",
+    "LengthDistribution",
     "MeshConfig",
     "ModelConfig",
     "PathsConfig",
@@ -26,6 +27,7 @@ __all__ = [
     "SiteConfig",
     "Status",
     "SupervisorConfig",
+    "WorkloadConfig",
     "STATUS_ORDER",
 ]
 
@@ -190,6 +192,62 @@ class PathsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LengthDistribution:
+    __pydantic_config__ = _STRICT
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    """Shape of the distribution of token counts."""
+    mean: int = 128
+    """Mean token count (the value itself for `fixed`)."""
+    std: float = 0.0
+    """Standard deviation for `normal`/`lognormal` (in tokens)."""
+    min: int = 1
+    """Lower clamp (and lower bound for `uniform`)."""
+    max: int = 4096
+    """Upper clamp (and upper bound for `uniform`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """A request mix: what the fleet expects in production, replayed by the load tester."""
+
+    __pydantic_config__ = _STRICT
+
+    name: str
+    """Workload name (the conf/workload option)."""
+    arrival: Literal["poisson", "concurrency"] = "concurrency"
+    """Open loop with Poisson arrivals at `rate_per_s`, or a closed loop of `concurrency` streams."""
+    rate_per_s: float = 1.0
+    """Mean arrival rate for `poisson`."""
+    concurrency: int = 4
+    """Concurrent streams for `concurrency`."""
+    prompt_tokens: LengthDistribution = field(default_factory=LengthDistribution)
+    """Prompt length in tokens (exact: prompts are built with the server's tokenizer)."""
+    output_tokens: LengthDistribution = field(default_factory=LengthDistribution)
+    """Generated tokens per request (max_tokens, with EOS ignored)."""
+    chat_share: float = 1.0
+    """Share of requests sent to /v1/chat/completions (the rest to /v1/completions)."""
+    stream: bool = True
+    """Stream responses (needed for TTFT and inter-token latency)."""
+    structured_output_share: float = 0.0
+    """Share of requests with a JSON-schema response format."""
+    logprobs_share: float = 0.0
+    """Share of requests asking for top logprobs."""
+    penalties_share: float = 0.0
+    """Share of requests with presence/frequency/repetition penalties."""
+    shared_prefix_share: float = 0.0
+    """Share of requests starting with a common prefix (prefix-cache friendly)."""
+    shared_prefix_tokens: int = 0
+    """Length of that common prefix."""
+    slo_ttft_ms: float = 2000.0
+    """Goodput SLO: time to first token."""
+    slo_itl_ms: float = 200.0
+    """Goodput SLO: mean inter-token latency of a request."""
+    seed: int = 0
+    """Seed for arrivals, lengths and feature draws (a workload replays identically)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ApplianceConfig:
     __pydantic_config__ = _STRICT
 
@@ -203,5 +261,6 @@ class ApplianceConfig:
     supervisor: SupervisorConfig
     site: SiteConfig
     paths: PathsConfig
+    workload: WorkloadConfig
     tt: Mapping[str, Any] = field(default_factory=dict)
     """Extra keys for the plugin's --additional-config '{"tt": ...}'; each key is validated."""
