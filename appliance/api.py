@@ -97,8 +97,8 @@ def create_app(sup: EngineSupervisor, token: str) -> Starlette:
 
     def guarded(handler: Handler) -> Handler:
         async def check(request: Request) -> Response:
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").encode()
-            if not hmac.compare_digest(given, expected):
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected):
                 return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
             return await handler(request)
 

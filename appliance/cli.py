@@ -70,7 +70,7 @@ def _validated(args: argparse.Namespace, matrix: CompatibilityMatrix) -> Validat
     return validate(resolve_config(tuple(args.overrides), matrix, discover_host, site_dir=args.site_dir), matrix)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _cmd_validate(args: argparse.Namespace) -> int:
     validated = _validated(args, load_matrix())
     if args.json:
         out.print_json(data=_findings(validated.warnings))
@@ -87,7 +87,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _cmd_plan(args: argparse.Namespace) -> int:
     plan = build_plan(_validated(args, load_matrix()))
     if args.json:
         out.print_json(data=plan.to_json())
@@ -100,7 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_matrix(args: argparse.Namespace) -> int:
+def _cmd_matrix(args: argparse.Namespace) -> int:
     matrix = load_matrix()
     rows = [
         (f, c, d)
@@ -127,13 +127,13 @@ def _row(row: Any) -> dict[str, Any]:
     return data
 
 
-def cmd_options(args: argparse.Namespace) -> int:
+def _cmd_options(args: argparse.Namespace) -> int:
     for group in GROUPS:
         out.print(f"{group}: {' '.join(group_options(group, args.site_dir))}", markup=False)
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _cmd_serve(args: argparse.Namespace) -> int:
     from appliance.service import bind_control_socket, control_token, ensure_model, host_locks, preflight, run_service
 
     host = discover_host()
@@ -161,7 +161,7 @@ def _announce(plan: LaunchPlan) -> None:
         )
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
     token = os.environ.get(args.token_env, "")
@@ -199,22 +199,22 @@ def _parser() -> argparse.ArgumentParser:
         return cmd
 
     for name, run, text in (
-        ("validate", cmd_validate, "check a config against the matrix and the plugin contract (offline)"),
-        ("plan", cmd_plan, "print the exact engine launch for a config"),
-        ("serve", cmd_serve, "boot and supervise the engine with the control API"),
+        ("validate", _cmd_validate, "check a config against the matrix and the plugin contract (offline)"),
+        ("plan", _cmd_plan, "print the exact engine launch for a config"),
+        ("serve", _cmd_serve, "boot and supervise the engine with the control API"),
     ):
         cmd = command(name, run, text)
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
         if name != "serve":
             cmd.add_argument("--json", action="store_true", help="machine-readable output")
-    matrix = command("matrix", cmd_matrix, "print the compatibility matrix")
+    matrix = command("matrix", _cmd_matrix, "print the compatibility matrix")
     matrix.add_argument("--mesh")
     matrix.add_argument("--model", help="family or checkpoint")
     matrix.add_argument("--json", action="store_true")
-    options = command("options", cmd_options, "list the options of every config group")
+    options = command("options", _cmd_options, "list the options of every config group")
     options.add_argument("--site-dir", type=Path, default=None)
-    status = command("status", cmd_status, "print the state of a running appliance")
+    status = command("status", _cmd_status, "print the state of a running appliance")
     status.add_argument("--url", default="http://127.0.0.1:8100")
     status.add_argument("--token-env", default="APPLIANCE_TOKEN")
     status.add_argument("--token-file", help="token file that `serve` printed")
