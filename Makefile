@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CPU_ENGINE := .engines/cpu
+TTNN_ENGINE := .engines/ttnn
+# ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
+PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 
-.PHONY: serve test lint bench engine-cpu setup
+.PHONY: serve test lint bench engine-cpu engine-ttnn setup
 
 setup: $(VENV)/.installed
 
@@ -15,13 +18,22 @@ $(VENV)/.installed: pyproject.toml
 
 engine-cpu: $(CPU_ENGINE)/.appliance-engine-ok
 
-$(CPU_ENGINE)/.appliance-engine-ok: build/cpu/requirements.txt build/cpu/install.sh
+$(CPU_ENGINE)/.appliance-engine-ok: build/cpu/requirements.txt build/cpu/requirements.lock build/cpu/install.sh
 	bash build/cpu/install.sh $(CPU_ENGINE)
+
+# The ttnn probe environment: `appliance check` counts chips with it, and its tests need it.
+engine-ttnn: $(TTNN_ENGINE)/.appliance-engine-ok
+
+$(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
+	$(PYTHON312) -m venv $(TTNN_ENGINE)
+	$(TTNN_ENGINE)/bin/pip install --quiet --disable-pip-version-check -r build/ttnn/requirements.txt
+	$(TTNN_ENGINE)/bin/python -I -c "import ttnn" > /dev/null 2>&1
+	touch $@
 
 serve: setup engine-cpu
 	$(BIN)/appliance serve
 
-test: setup engine-cpu
+test: setup engine-cpu engine-ttnn
 	$(BIN)/ruff check appliance tui tests
 	$(BIN)/ruff format --check appliance tui tests
 	$(BIN)/mypy
@@ -34,3 +46,5 @@ lint: setup
 
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
+	$(BIN)/python bench/console_cpu.py
+	$(BIN)/python bench/check_timings.py

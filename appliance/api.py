@@ -7,24 +7,31 @@ Every route but /livez needs the bearer token.
 from __future__ import annotations
 
 import hmac
+import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client import Enum as EnumMetric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from pydantic_core import to_jsonable_python
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from appliance.checks import CheckResult
+from appliance.host import discover_host
+from appliance.host_usage import UsageSampler
 from appliance.lifecycle import EngineState
 from appliance.supervisor import Command, EngineEvent, EngineSupervisor
 
-__all__ = ["create_app", "state_document"]
+__all__ = ["create_app", "host_document", "state_document"]
 
 Handler = Callable[[Request], Awaitable[Response]]
+_MAX_TAIL = 10_000
 _BOOT = (EngineState.STARTING, EngineState.LOADING, EngineState.WARMING)
 
 
@@ -46,10 +53,21 @@ def state_document(sup: EngineSupervisor) -> dict[str, Any]:
         "mesh": plan.mesh,
         "engine": plan.engine,
         "config_hash": plan.config_hash,
+        "max_context": plan.max_context,
+        "max_concurrency": plan.max_concurrency,
         "choices": dict(plan.choices),
         "provenance": dict(plan.provenance),
+        "config": dict(plan.resolved),
         "plan": {"argv": list(plan.argv), "env": dict(plan.env), "secret_env": dict(plan.secret_env)},
         "events": [_event(e) for e in sup.events[-50:]],
+    }
+
+
+def host_document(sup: EngineSupervisor, usage: UsageSampler) -> dict[str, Any]:
+    """What GET /host returns: the boards as host discovery reports them, and CPU and memory use."""
+    return {
+        "devices": to_jsonable_python(discover_host(), fallback=dict),
+        "usage": to_jsonable_python(usage.read(sup.pid)),
     }
 
 
@@ -90,10 +108,12 @@ class _Metrics:
             self._restarts.inc()
 
 
-def create_app(sup: EngineSupervisor, token: str) -> Starlette:
-    """The ASGI app for one supervised engine."""
+def create_app(sup: EngineSupervisor, token: str, checks: Sequence[CheckResult] = ()) -> Starlette:
+    """The ASGI app for one supervised engine; `checks` are the preflight results serve ran."""
     metrics = _Metrics(sup)
     expected = token.encode()
+    usage = UsageSampler()
+    tls = ssl.create_default_context()  # built once: a client building its own costs ~50 ms of CPU
 
     def guarded(handler: Handler) -> Handler:
         async def check(request: Request) -> Response:
@@ -113,12 +133,28 @@ def create_app(sup: EngineSupervisor, token: str) -> Starlette:
     async def prometheus(_: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def logs(request: Request) -> Response:
+    async def host(_: Request) -> Response:
+        return JSONResponse(host_document(sup, usage))
+
+    async def engine_metrics(_: Request) -> Response:
+        # Relayed so a remote console needs only the control port, whatever serving.host binds.
         try:
-            tail = int(request.query_params.get("tail", "200"))
-        except ValueError:
-            return JSONResponse({"error": "tail must be an integer"}, status_code=400)
-        lines = sup.log.tail(tail)
+            async with httpx.AsyncClient(verify=tls, timeout=5.0, trust_env=False) as http:
+                reply = await http.get(f"{sup.plan.base_url}/metrics")
+        except httpx.HTTPError as error:
+            return JSONResponse({"error": f"engine /metrics unreachable: {error}"}, status_code=502)
+        return Response(reply.content, status_code=reply.status_code, media_type=reply.headers.get("content-type"))
+
+    async def preflight(_: Request) -> Response:
+        if not checks:
+            return JSONResponse({"error": "no preflight checks were run"}, status_code=404)
+        return JSONResponse({"checks": to_jsonable_python(list(checks), fallback=dict)})
+
+    async def logs(request: Request) -> Response:
+        text = request.query_params.get("tail", "200")
+        if not text.isdigit() or int(text) > _MAX_TAIL:
+            return JSONResponse({"error": f"tail must be an integer from 0 to {_MAX_TAIL}"}, status_code=400)
+        lines = sup.log.tail(int(text))
         if request.query_params.get("follow") not in ("1", "true"):
             return PlainTextResponse("".join(f"{line}\n" for line in lines))
 
@@ -142,6 +178,9 @@ def create_app(sup: EngineSupervisor, token: str) -> Starlette:
             Route("/livez", livez),
             Route("/state", guarded(state)),
             Route("/metrics", guarded(prometheus)),
+            Route("/engine/metrics", guarded(engine_metrics)),
+            Route("/host", guarded(host)),
+            Route("/checks", guarded(preflight)),
             Route("/logs", guarded(logs)),
             Route("/drain", guarded(action("drain")), methods=["POST"]),
             Route("/restart", guarded(action("restart")), methods=["POST"]),

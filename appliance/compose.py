@@ -29,7 +29,15 @@ from pydantic import TypeAdapter, ValidationError
 from appliance.errors import ConfigError, Problem
 from appliance.schema import ApplianceConfig, MeshConfig
 
-__all__ = ["CONF_DIR", "GROUPS", "ComposedConfig", "compose_config", "group_options", "mesh_catalog"]
+__all__ = [
+    "CONF_DIR",
+    "GROUPS",
+    "ComposedConfig",
+    "compose_config",
+    "group_options",
+    "group_selections",
+    "mesh_catalog",
+]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "mesh", "precision", "engine", "workload", "site")
@@ -110,6 +118,11 @@ def compose_config(
         overrides=tuple(overrides),
         config_hash=digest[:12],
     )
+
+
+def group_selections(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides that select config group options (`mesh=t3k`, `+model=llama`)."""
+    return tuple(o for o in overrides if _GROUP_CHOICE.match(_GROUP_ALIAS.sub(r"\g<group>=", o)))
 
 
 def group_options(group: str, site_dir: Path | None = None) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ __all__ = [
     "check_extra_args",
     "check_tt_env",
     "check_tt_options",
+    "cpu_kv_cache_bytes",
     "flag_names",
 ]
 
@@ -85,6 +86,7 @@ PLAN_OWNED_FLAGS: Mapping[str, str] = {
     "--additional-config": "tt",
     "--api-key": "serving.api_key_env",
     "--shutdown-timeout": "supervisor.shutdown_timeout_s",
+    "--scheduler-cls": "engine.scheduler",
 }
 # Flags the TT engine cannot honour (§2.1 #4-6, #25; §2.2).
 _TT_UNSUPPORTED: Mapping[str, str] = {
@@ -207,6 +209,18 @@ def check_extra_args(args: tuple[str, ...], engine: str) -> Iterator[Problem]:
                 f"--max-logprobs {value} exceeds the TT limit of 20",
                 "Use --max-logprobs 20 or less",
             )
+
+
+def cpu_kv_cache_bytes(args: tuple[str, ...], env: Mapping[str, str]) -> int | None:
+    """KV-cache memory the CPU engine will use, if set explicitly.
+
+    vLLM's CPU platform lets VLLM_CPU_KVCACHE_SPACE (whole GiB) overwrite --kv-cache-memory-bytes.
+    """
+    space = env.get("VLLM_CPU_KVCACHE_SPACE", "")
+    if space:
+        return int(space) << 30 if space.isdigit() else None
+    explicit = dict(flag_names(args)).get("--kv-cache-memory-bytes")
+    return int(explicit) if explicit is not None and explicit.isdigit() else None
 
 
 def flag_names(args: tuple[str, ...]) -> Iterator[tuple[str, str | None]]:

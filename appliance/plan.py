@@ -6,6 +6,7 @@ Pure: no I/O, no host access. vLLM flag names appear only in this module.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,9 +21,12 @@ from appliance.errors import Problem
 from appliance.schema import ControlConfig, EngineKind, SupervisorConfig
 from appliance.validate import ValidatedConfig
 
-__all__ = ["ENGINE_MODULE", "LaunchPlan", "build_plan"]
+__all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "PHASED_MODULE", "LaunchPlan", "build_plan"]
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+# Engine-side code (it imports vLLM), put on the engine's PYTHONPATH when a config needs it.
+ENGINE_PLUGINS = CONF_DIR.parent / "engine_plugins"
+PHASED_MODULE = "appliance_phased.scheduler"
 _RPC_TIMEOUT_MS = {"single": "100000", "lanes": "900000"}  # plugin README: model load + trace capture
 
 
@@ -58,6 +62,11 @@ class LaunchPlan:
     config_hash: str
     choices: Mapping[str, str]
     provenance: Mapping[str, str]
+    resolved: Mapping[str, Any]
+    """Dotted key -> resolved value, the keys of `provenance` (secrets appear only as env var names)."""
+    max_context: int
+    max_concurrency: int
+    """Concurrent sequences for the whole system, after row defaults (all data-parallel ranks)."""
     warnings: tuple[Problem, ...]
 
     def command_line(self) -> str:
@@ -109,8 +118,22 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         config_hash=validated.composed.config_hash,
         choices=validated.composed.choices,
         provenance=validated.composed.provenance,
+        resolved=MappingProxyType(_flatten(to_jsonable_python(cfg), "")),
+        max_context=validated.max_context,
+        max_concurrency=validated.max_concurrency,
         warnings=validated.warnings,
     )
+
+
+def _flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Nested config -> dotted keys; empty maps and lists stay leaves, as provenance records them."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat |= _flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
@@ -139,7 +162,18 @@ def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
         args += ["--data-parallel-size", str(v.data_parallel)]
     if v.engine == "tt" and v.tt_options:
         args += ["--additional-config", json.dumps({"tt": dict(v.tt_options)}, sort_keys=True)]
+    if _phased(v):
+        # One step prefills a whole prompt, so the token budget must hold the longest one.
+        budget = max(v.max_context, v.max_concurrency // v.data_parallel)
+        scheduler = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
+        args += ["--scheduler-cls", f"{PHASED_MODULE}.{scheduler}", "--no-enable-chunked-prefill",
+                 "--max-num-batched-tokens", str(budget)]  # fmt: skip
     return [*args, *cfg.engine.extra_args]
+
+
+def _phased(v: ValidatedConfig) -> bool:
+    """Emulated phase-exclusive scheduling; the TT plugin's own scheduler is phase-exclusive already."""
+    return v.config.engine.scheduler == "phased" and v.engine != "tt"
 
 
 def _engine_env(v: ValidatedConfig) -> dict[str, str]:
@@ -153,7 +187,10 @@ def _engine_env(v: ValidatedConfig) -> dict[str, str]:
             "VLLM_USE_V2_MODEL_RUNNER": "0",
             "TT_CACHE_PATH": str(Path(cfg.paths.cache_dir) / "tt" / slug / cfg.mesh.option),
         }
-    return env | dict(v.env)
+    env |= v.env
+    if _phased(v):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ENGINE_PLUGINS), v.env.get("PYTHONPATH")) if p)
+    return env
 
 
 def _secret_env(v: ValidatedConfig) -> dict[str, str]:

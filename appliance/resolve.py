@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from appliance.compose import ComposedConfig, compose_config, mesh_catalog
+from appliance.compose import ComposedConfig, compose_config, group_selections, mesh_catalog
 from appliance.errors import ConfigError, Problem
 from appliance.host import HostFacts
 from appliance.matrix import CompatibilityMatrix
@@ -28,18 +28,24 @@ def resolve_config(
 
     `host_facts` is called only for mesh=auto, so every other config resolves offline.
     """
-    composed = compose_config(overrides, site_dir=site_dir)
+    # Choices first, from the group selections alone: value overrides may name keys that only the
+    # resolved options have (e.g. ~engine.env.VLLM_CPU_KVCACHE_SPACE needs engine=cpu).
+    selections = group_selections(overrides)
+    probe = compose_config(selections, site_dir=site_dir)
     extra: list[str] = []
-    arch = composed.config.mesh.arch
-    if composed.choices.get("mesh") == "auto":
+    arch = probe.config.mesh.arch
+    if probe.choices.get("mesh") == "auto":
         mesh = mesh_for_host(host_facts())
-        if mesh == "cpu":
-            _require_cpu_row(composed, matrix)
         arch = mesh_catalog()[mesh].arch
         extra.append(f"mesh={mesh}")
-    if composed.choices.get("engine") == "auto":
+    if probe.choices.get("engine") == "auto":
         extra.append(f"engine={'cpu' if arch == 'cpu' else 'tt'}")
-    return compose_config([*overrides, *extra], site_dir=site_dir) if extra else composed
+    if not extra and len(selections) == len(overrides):
+        return probe
+    composed = compose_config([*overrides, *extra], site_dir=site_dir)
+    if "mesh=cpu" in extra:
+        _require_cpu_row(composed, matrix)
+    return composed
 
 
 def mesh_for_host(host: HostFacts) -> str:

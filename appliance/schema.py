@@ -70,6 +70,9 @@ class MeshConfig:
     """Logical mesh grid (rows, columns)."""
     mesh_device: str | None
     """MESH_DEVICE value the plugin expects; None for the CPU mesh."""
+    devices: int | None = None
+    """Devices the driver enumerates for the mesh (Kubernetes DRA count): one per MMIO-anchored board,
+    so an n300 is one but a Galaxy is 32; None means one per board."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,9 @@ class EngineConfig:
     """Extra environment for the engine process (non-secret values only)."""
     ready_timeout_s: float = 600.0
     """Readiness budget: how long boot may take before the engine counts as failed."""
+    scheduler: Literal["default", "phased"] = "default"
+    """default: the platform's own scheduler; phased: every step prefill-only or decode-only, prefill first,
+    no chunked prefill (the Tenstorrent scheduling contract, emulated on the CPU engine)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +251,10 @@ class WorkloadConfig:
     """Goodput SLO: mean inter-token latency of a request."""
     seed: int = 0
     """Seed for arrivals, lengths and feature draws (a workload replays identically)."""
+    max_requests: int = 200
+    """Upper bound on requests sent in one run (`loadtest --max-requests` overrides it)."""
+    duration_s: float = 60.0
+    """Window in which requests are sent (`loadtest --duration` overrides it); in-flight ones may finish."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import secrets
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +20,12 @@ import filelock
 import uvicorn
 
 from appliance.api import create_app
+from appliance.checks import CheckResult
 from appliance.compose import CONF_DIR
 from appliance.engine_log import EngineLog
 from appliance.errors import LaunchError
-from appliance.host import HostFacts
+from appliance.host import HostFacts, device_lock_name
+from appliance.notify import lifecycle_notifier
 from appliance.plan import LaunchPlan
 from appliance.supervisor import EngineSupervisor
 
@@ -97,7 +99,7 @@ def host_locks(plan: LaunchPlan, host: HostFacts) -> Iterator[None]:
     """Hold exclusive locks on both ports and, for tt, on the device set, or refuse to start."""
     names = [f"port-{plan.port}", f"port-{plan.control.port}"]
     if plan.engine == "tt":
-        names.append("tenstorrent-" + "-".join(str(b.index) for b in host.boards))
+        names.append(device_lock_name(host.boards))
     lock_dir = Path(plan.state_dir) / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
@@ -137,12 +139,19 @@ def bind_control_socket(plan: LaunchPlan) -> socket.socket:
     return sock
 
 
-async def run_service(plan: LaunchPlan, token: str, control: socket.socket) -> int:
+async def run_service(plan: LaunchPlan, token: str, control: socket.socket, checks: Sequence[CheckResult] = ()) -> int:
     """Supervise the engine and serve the control API until stopped; return the exit code."""
     engine_log = EngineLog(Path(plan.log_dir))
     sup = EngineSupervisor(plan, engine_log)
+    notifier = lifecycle_notifier(os.environ)
+    if notifier is not None:
+        sup.listeners.append(notifier.on_event)
     config = uvicorn.Config(
-        create_app(sup, token), host=plan.control.host, port=plan.control.port, log_level="warning", lifespan="off"
+        create_app(sup, token, checks),
+        host=plan.control.host,
+        port=plan.control.port,
+        log_level="warning",
+        lifespan="off",
     )
     server = _EmbeddedServer(config)
     received: list[signal.Signals] = []
@@ -150,6 +159,8 @@ async def run_service(plan: LaunchPlan, token: str, control: socket.socket) -> i
 
     def on_signal(sig: signal.Signals) -> None:
         received.append(sig)
+        if notifier is not None:
+            notifier.stopping()  # asyncio runs this in the loop, not in signal context
         sup.request("stop")
 
     for sig in _EXIT_FOR_SIGNAL:

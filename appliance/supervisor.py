@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -32,6 +33,11 @@ SpawnFn = Callable[[Sequence[str], Mapping[str, str]], Awaitable[asyncio.subproc
 _S = EngineState
 _BOOT_ORDER = (_S.STARTING, _S.LOADING, _S.WARMING)
 _STABLE_FACTOR = 10  # ready this many max-backoffs counts as recovered from a crash streak
+_CAUSE_SCAN = 300  # engine lines searched for the exception that explains a failure
+# "ValueError: ...", "OSError: [Errno 98] Address already in use", "RuntimeError: ..."
+_EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .*")
+# vLLM logs EngineDeadError on every shutdown of a failed engine core; it never explains the failure.
+_SHUTDOWN_NOISE = re.compile(r"EngineDeadError|EngineCore encountered an issue")
 _LINE_LIMIT = 1 << 20  # engine log lines can be long (full config dumps)
 
 
@@ -154,20 +160,20 @@ class EngineSupervisor:
             self._change(_S.STOPPED, "drained for restart")
             self._crashes = 0
             return "start"
-        tail = " | ".join(self.log.tail(5))
+        tail = self._cause()
         if outcome == "boot-timeout":
-            return self._fail(f"not ready within {self.plan.ready_timeout_s:.0f}s; last lines: {tail}")
+            return self._fail(f"not ready within {self.plan.ready_timeout_s:.0f}s; {tail}")
         if ready_for is None:
             # Boot failures (bad model, port taken, too little memory) repeat identically: no restart.
-            return self._fail(f"engine exited with code {code} during boot; last lines: {tail}")
+            return self._fail(f"engine exited with code {code} during boot; {tail}")
         sup = self.plan.supervisor
         if ready_for >= _STABLE_FACTOR * sup.backoff_max_s:
             self._crashes = 0  # a long healthy run ends the previous crash streak
         self._crashes += 1
         cause = "stopped answering /health" if outcome == "hung" else f"exited with code {code}"
         if self._crashes > self.plan.supervisor.max_restarts:
-            return self._fail(f"crash loop: {self._crashes} crashes in a row, last {cause}; last lines: {tail}")
-        self.last_error = f"engine {cause}; last lines: {tail}"
+            return self._fail(f"crash loop: {self._crashes} crashes in a row, last {cause}; {tail}")
+        self.last_error = f"engine {cause}; {tail}"
         self._change(_S.RESTARTING, self.last_error)
         self.restarts += 1
         delay = min(sup.backoff_initial_s * 2 ** (self._crashes - 1), sup.backoff_max_s)
@@ -176,6 +182,14 @@ class EngineSupervisor:
             self._change(_S.STOPPED, "stopped while waiting to restart")
             return "exit"
         return "start"
+
+    def _cause(self) -> str:
+        """The engine's own words for what went wrong: its last exception line, else its last lines."""
+        recent = self.log.tail(_CAUSE_SCAN)
+        errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _SHUTDOWN_NOISE.search(line)]
+        if errors:
+            return f"cause: {errors[-1].strip()}"
+        return "last lines: " + " | ".join(recent[-5:])
 
     def _fail(self, message: str) -> str:
         self.last_error = message

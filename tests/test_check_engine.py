@@ -1,0 +1,122 @@
+"""`appliance check` against the real CPU engine, booted once by a real `appliance serve`.
+
+The API check compares the live /openapi.json with the client contract under build/; the whole
+report must stand on its own and carry no secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.api_contract import CONTRACT_FILE
+
+from .helpers import free_port
+from .test_engine_cpu import Served, serve_command
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(
+        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
+        reason="the CPU engine environment is not built (make engine-cpu)",
+    ),
+]
+HF_SECRET = "hf_" + secrets.token_hex(12)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("check-served")
+    engine_port, control_port = free_port(), free_port()
+    token = secrets.token_urlsafe(16)
+    env = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")}
+    output = tmp / "serve.out"
+    with output.open("wb") as sink:
+        proc = subprocess.Popen(serve_command(engine_port, control_port), env=env, stdout=sink, stderr=sink)
+    served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
+                    tmp / "cache", output)  # fmt: skip
+    try:
+        served.wait_for("ready")
+        yield served
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def check(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {
+        "APPLIANCE_TOKEN": served.token,
+        "HF_TOKEN": HF_SECRET,
+        "APPLIANCE_CACHE_DIR": str(served.cache),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "check", f"serving.port={served.engine_url.rsplit(':', 1)[1]}", *args],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {c["id"]: c["status"] for c in report["checks"]}
+
+
+def test_the_running_cpu_engine_serves_the_recorded_client_contract(served: Served) -> None:
+    done = check(served, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    api = next(c for c in report["checks"] if c["id"] == "pilot.api")
+    assert api["status"] == "pass", api
+    assert api["evidence"]["engine"] == served.engine_url and api["evidence"]["removed"] == []
+    pilot = {k: v for k, v in statuses(report).items() if k.startswith("pilot.")}
+    assert pilot == dict.fromkeys(("pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler",
+                                   "pilot.api"), "pass")  # fmt: skip
+    assert report["verdict"] == "pass" and report["summary"].startswith("READY (13 pass")
+
+
+def test_a_contract_field_the_engine_no_longer_accepts_fails_the_api_check(served: Served, tmp_path: Path) -> None:
+    contract = json.loads(CONTRACT_FILE.read_text())
+    fields = contract["endpoints"]["POST /v1/completions"]["fields"]
+    fields["best_of_legacy"] = {"type": ["integer"], "required": False}
+    fields["max_tokens"]["type"] = ["string"]
+    (tmp_path / "contract.json").write_text(json.dumps(contract))
+    done = check(served, "--json", "--contract", str(tmp_path / "contract.json"))
+    assert done.returncode == 1
+    api = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "pilot.api")
+    assert api["status"] == "fail" and api["summary"].startswith("clients would break: 1 removed, 1 changed")
+    assert api["evidence"]["removed"] == ["POST /v1/completions field `best_of_legacy`"]
+    assert api["evidence"]["changed"] == ["POST /v1/completions field `max_tokens`: string -> integer|null"]
+
+
+def test_the_markdown_report_stands_alone_and_holds_no_secret(served: Served, tmp_path: Path) -> None:
+    done = check(served, "--report", str(tmp_path / "pilot.md"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(f"; report in {tmp_path / 'pilot.md'}")
+    text = (tmp_path / "pilot.md").read_text()
+    assert text.startswith("# Pilot report: appliance/tiny-llama on cpu (cpu engine)\n\n**Verdict: READY")
+    for heading in ("## Host", "## Config and launch plan", "### Upstream cadence", "### Core isolation",
+                    "### Build pinning", "### Scheduler constraints", "### API compatibility"):  # fmt: skip
+        assert heading in text
+    assert "-m vllm.entrypoints.openai.api_server" in text and "HF_TOKEN=$HF_TOKEN" in text
+    assert HF_SECRET not in text + done.stdout and served.token not in text + done.stdout
+
+
+def test_the_recorded_contract_is_what_the_engine_serves_today(served: Served) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "api-contract", "--engine-url", served.engine_url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    live, recorded = json.loads(done.stdout), json.loads(CONTRACT_FILE.read_text())
+    assert live["endpoints"] == recorded["endpoints"] and live["source"].startswith("vLLM 0.32.0 at")

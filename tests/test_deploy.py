@@ -1,0 +1,152 @@
+"""Kubernetes manifests and systemd units rendered from real configs, checked by real validators."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from appliance.compose import GROUPS, compose_config
+from appliance.k8s import DEVICE_CLASS, POD_OVERRIDES, K8sManifests, render_k8s
+from appliance.matrix import CompatibilityMatrix
+from appliance.plan import build_plan
+from appliance.systemd import render_systemd
+from appliance.validate import ValidatedConfig, validate
+
+# kubernetes-validate 1.37.0 ships the v1.37 schema, which has resource.k8s.io/v1 ResourceClaimTemplate.
+K8S_VERSION = "1.37.0"
+CONFIGS = {
+    "lab-t3k": ("site=lab-t3k", "+model=llama"),
+    "edge-n150": ("site=edge-n150", "+model=llama"),
+    "galaxy": ("+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"),
+    "cpu": ("mesh=cpu",),
+}
+
+
+def validated(matrix: CompatibilityMatrix, *overrides: str) -> ValidatedConfig:
+    return validate(compose_config([*POD_OVERRIDES, *overrides]), matrix)
+
+
+def rendered(matrix: CompatibilityMatrix, name: str) -> K8sManifests:
+    return render_k8s(validated(matrix, *CONFIGS[name]), image="registry.example/tt-appliance:0.1.0")
+
+
+def kinds(manifests: K8sManifests) -> dict[str, Any]:
+    return {doc["kind"]: doc for doc in manifests.documents}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_rendered_manifest_passes_the_kubernetes_schema(matrix: CompatibilityMatrix, name: str) -> None:
+    manifests = rendered(matrix, name)
+    for doc in yaml.safe_load_all(manifests.yaml()):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("name", "count", "board"), [("lab-t3k", 4, "n300"), ("edge-n150", 1, "n150"),
+                                                      ("galaxy", 32, "galaxy-wormhole")])  # fmt: skip
+def test_tt_boards_are_claimed_through_dra_by_count_and_board_name(
+    matrix: CompatibilityMatrix, name: str, count: int, board: str
+) -> None:
+    docs = kinds(rendered(matrix, name))
+    request = docs["ResourceClaimTemplate"]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert request["deviceClassName"] == DEVICE_CLASS and request["count"] == count
+    assert (
+        request["selectors"][0]["cel"]["expression"] == f'device.attributes["tenstorrent.com"].boardName == "{board}"'
+    )
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["resourceClaims"][0]["resourceClaimTemplateName"] == docs["ResourceClaimTemplate"]["metadata"]["name"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["claims"] == [{"name": "boards"}]
+    assert resources["requests"]["hugepages-1Gi"] == resources["limits"]["hugepages-1Gi"]
+    assert "privileged" not in str(pod) and "/dev/tenstorrent" not in str(pod)
+
+
+def test_a_cpu_deployment_claims_no_boards_and_no_hugepages(matrix: CompatibilityMatrix) -> None:
+    docs = kinds(rendered(matrix, "cpu"))
+    assert "ResourceClaimTemplate" not in docs
+    assert "hugepages" not in str(docs["Deployment"])
+
+
+def test_probes_are_sized_from_the_readiness_budget(matrix: CompatibilityMatrix) -> None:
+    config = validated(matrix, *CONFIGS["lab-t3k"])
+    container = kinds(render_k8s(config, image="x"))["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == {"path": "/health", "port": "openai"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= config.config.engine.ready_timeout_s == 3600
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "openai"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "control"}
+
+
+def test_secrets_are_referenced_by_name_and_never_carry_a_value(matrix: CompatibilityMatrix) -> None:
+    docs = kinds(rendered(matrix, "lab-t3k"))
+    env = {e["name"]: e for e in docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    for name in ("APPLIANCE_TOKEN", "HF_TOKEN", "LAB_OPENAI_KEY"):
+        assert set(env[name]) == {"name", "valueFrom"}
+        assert env[name]["valueFrom"]["secretKeyRef"]["key"] == name
+    assert "Secret" not in docs
+
+
+def test_the_configmap_recomposes_to_the_rendered_config(matrix: CompatibilityMatrix, tmp_path: Path) -> None:
+    config = validated(matrix, *CONFIGS["lab-t3k"])
+    docs = kinds(render_k8s(config, image="x"))
+    host_file = tmp_path / "config.yaml"
+    host_file.write_text(docs["ConfigMap"]["data"]["config.yaml"])
+    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["appliance", "serve"]
+    in_pod = compose_config(container["command"][2:], host_file=host_file)
+    assert in_pod.config == config.config
+    assert {g for g in GROUPS if g != "site"} == {arg.split("=")[0] for arg in container["command"][2:]}
+
+
+def test_render_k8s_writes_one_file_per_manifest(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "render", "k8s", "site=edge-n150", "+model=llama", "--out",
+         str(tmp_path)], capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["configmap.yaml", "deployment.yaml", "resourceclaimtemplate.yaml", "service.yaml"]
+    for path in tmp_path.iterdir():
+        kubernetes_validate.validate(yaml.safe_load(path.read_text()), K8S_VERSION, strict=True)
+
+
+def test_the_systemd_unit_waits_for_readiness_and_drains_on_stop(matrix: CompatibilityMatrix) -> None:
+    plan = build_plan(validate(compose_config(["site=lab-t3k", "+model=llama"]), matrix))
+    unit = render_systemd(plan, ["site=lab-t3k", "+model=llama"], appliance="/opt/appliance/bin/appliance")
+    lines = set(unit.text.splitlines())
+    assert {"Type=notify", "NotifyAccess=main", "KillMode=mixed", "SuccessExitStatus=143"} <= lines
+    assert "ExecStart=/opt/appliance/bin/appliance serve site=lab-t3k +model=llama" in lines
+    assert f"TimeoutStartSec={int(plan.ready_timeout_s) + 300}" in lines
+    assert f"EnvironmentFile=-{unit.env_file}" in lines and unit.name == "tt-appliance-lab-t3k.service"
+
+
+def test_the_systemd_unit_escapes_what_systemd_would_expand(matrix: CompatibilityMatrix) -> None:
+    plan = build_plan(validate(compose_config(["mesh=cpu"]), matrix))
+    unit = render_systemd(plan, ["site.description=50% $HOME"], appliance="/bin/appliance")
+    assert "ExecStart=/bin/appliance serve 'site.description=50%% $$HOME'" in unit.text
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_accepts_the_rendered_unit(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "render", "systemd", "site=lab-t3k", "+model=llama", "--out",
+         str(tmp_path)], capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    unit = tmp_path / "tt-appliance-lab-t3k.service"
+    verified = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0 and verified.stderr == "" and verified.stdout == ""
+
+
+def test_the_schema_check_rejects_a_claim_with_a_misspelt_request(matrix: CompatibilityMatrix) -> None:
+    claim = yaml.safe_load(yaml.safe_dump(kinds(rendered(matrix, "lab-t3k"))["ResourceClaimTemplate"]))
+    request = claim["spec"]["spec"]["devices"]["requests"][0]
+    request["exact"] = request.pop("exactly")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(claim, K8S_VERSION, strict=True)

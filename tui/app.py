@@ -1,0 +1,184 @@
+"""The operator console: one appliance in detail, or every appliance of a site.
+
+`make_console` builds it for the CLI and for the tests alike. Polls run in the `status-poll`
+worker group, the engine log of the selected appliance streams in the `log-follow` group, and
+both report back with messages; screens only display what the app hands them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import replace
+
+import httpx
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.reactive import var
+from textual.screen import Screen
+
+from appliance.metrics_window import MetricsWindow
+from appliance.scheduler_log import SchedulerLog
+from tui.client import Action, ApiError, ConsoleClient
+from tui.messages import LogLinesArrived, StatusPolled
+from tui.screens.base import ApplianceScreen
+from tui.screens.config import ConfigScreen
+from tui.screens.confirm import ConfirmScreen, describe
+from tui.screens.dashboard import DashboardScreen
+from tui.screens.fleet import FleetScreen
+from tui.screens.logs import LogsScreen
+from tui.view import ApplianceView, build_view
+
+__all__ = ["ConsoleApp", "make_console"]
+
+_LOG_KEEP = 5000
+_RECONNECT_S = 2.0
+_DETAIL_EVERY = 3  # host facts and checks change slowly; polling them each second cost CPU for nothing
+
+
+class ConsoleApp(App[None]):
+    CSS_PATH = "console.tcss"
+    TITLE = "appliance console"
+    MODES = {"fleet": FleetScreen, "dashboard": DashboardScreen, "logs": LogsScreen, "config": ConfigScreen}
+    BINDINGS = [
+        Binding("f", "switch_mode('fleet')", "Fleet"),
+        Binding("o", "switch_mode('dashboard')", "Overview"),
+        Binding("l", "switch_mode('logs')", "Logs"),
+        Binding("c", "switch_mode('config')", "Config"),
+        Binding("d", "confirm('drain')", "Drain"),
+        Binding("r", "confirm('restart')", "Restart"),
+        Binding("ctrl+r", "refresh", "Poll now", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+    selected: var[str] = var("")
+
+    def __init__(self, client: ConsoleClient, *, read_only: bool, refresh_s: float) -> None:
+        super().__init__()
+        self.client = client
+        self.read_only = read_only
+        self.refresh_s = refresh_s
+        self.views: dict[str, ApplianceView] = {}
+        self._windows = {name: MetricsWindow() for name in client.targets}
+        self._scheduler = SchedulerLog()
+        self._log_lines: deque[str] = deque(maxlen=_LOG_KEEP)
+        self._polls = 0
+
+    def on_mount(self) -> None:
+        names = list(self.client.targets)
+        self.switch_mode("fleet" if len(names) > 1 else "dashboard")
+        self.selected = names[0]
+        self.action_refresh()
+        if self.refresh_s > 0:
+            self.set_interval(self.refresh_s, self.action_refresh)
+
+    async def on_unmount(self) -> None:
+        await self.client.aclose()
+
+    def selected_view(self) -> ApplianceView | None:
+        return self.views.get(self.selected)
+
+    def log_lines(self) -> Sequence[str]:
+        return tuple(self._log_lines)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "confirm" and self.read_only:
+            return None  # shown greyed out: the operator sees the action exists but is off here
+        return True
+
+    def action_refresh(self) -> None:
+        if not any(w.group == "status-poll" and w.is_running for w in self.workers):
+            self.poll_all()
+
+    @work(exclusive=True, group="status-poll")
+    async def poll_all(self) -> None:
+        selected, detail = self.selected, self._polls % _DETAIL_EVERY == 0
+        self._polls += 1
+        polls = [self.client.poll(name, detail=detail and name == selected) for name in self.client.targets]
+        for polled in await asyncio.gather(*polls):
+            self.post_message(StatusPolled(polled))
+
+    def on_status_polled(self, message: StatusPolled) -> None:
+        polled, name = message.polled, message.polled.name
+        previous = self.views.get(name)
+        if not polled.detailed and previous is not None:
+            polled = replace(polled, host=previous.polled.host, checks=previous.polled.checks)
+        scheduler = self._scheduler.view() if name == self.selected else None
+        self.views[name] = build_view(polled, self._windows[name], scheduler)
+        screen = self._shown()
+        if isinstance(screen, FleetScreen):
+            screen.views = tuple(self.views[n] for n in self.client.targets if n in self.views)
+        elif isinstance(screen, ApplianceScreen) and name == self.selected:
+            screen.view = self.views[name]
+
+    def _shown(self) -> Screen[object] | None:
+        # Messages still in flight while the app exits find no screen; they have nothing to update.
+        return self.screen_stack[-1] if self.screen_stack else None
+
+    def watch_selected(self, name: str) -> None:
+        self._polls = 0  # the next poll fetches the new selection's host facts and checks
+        self._log_lines.clear()
+        self._scheduler = SchedulerLog()
+        if name:
+            self.follow_logs(name)
+
+    @work(exclusive=True, group="log-follow")
+    async def follow_logs(self, name: str) -> None:
+        """Stream the selected appliance's engine log, reconnecting after a break."""
+        tail = 500
+        while True:
+            try:
+                async for lines in self.client.follow_logs(name, tail):
+                    self.post_message(LogLinesArrived(name, lines))
+                reason = "the appliance closed the stream"
+            except (ApiError, httpx.HTTPError) as err:
+                reason = str(err) or type(err).__name__
+            self.post_message(LogLinesArrived(name, [f"[console] log stream lost: {reason}; reconnecting"]))
+            tail = 0  # after a reconnect, only new lines: the ones already shown stay
+            await asyncio.sleep(_RECONNECT_S)
+
+    def on_log_lines_arrived(self, message: LogLinesArrived) -> None:
+        if message.name != self.selected:
+            return  # a late batch from the previous selection
+        self._log_lines.extend(message.lines)
+        for line in message.lines:
+            self._scheduler.feed(line)
+        screen = self._shown()
+        if isinstance(screen, LogsScreen):
+            screen.add_lines(message.lines)
+
+    def on_fleet_screen_selected(self, message: FleetScreen.Selected) -> None:
+        self.selected = message.name
+        self.switch_mode("dashboard")
+        self.action_refresh()
+
+    def action_confirm(self, action: Action) -> None:
+        screen = self._shown()
+        name = screen.highlighted() if isinstance(screen, FleetScreen) else self.selected
+        view = self.views.get(name or "")
+        if view is None:
+            self.notify("no appliance polled yet", severity="warning")
+            return
+        title, body = describe(action, view)
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self.act(view.name, action)
+
+        self.push_screen(ConfirmScreen(title, body, action.capitalize()), decided)
+
+    @work(group="action")
+    async def act(self, name: str, action: Action) -> None:
+        try:
+            state = await self.client.act(name, action)
+        except ApiError as err:
+            self.notify(str(err), severity="error", title=f"{action} failed")
+            return
+        self.notify(f"{name}: {action} accepted (state {state})", title=action)
+        self.action_refresh()
+
+
+def make_console(client: ConsoleClient, *, read_only: bool = False, refresh_s: float = 1.0) -> ConsoleApp:
+    """The console for the appliances `client` watches; refresh_s=0 polls only on ctrl+r."""
+    return ConsoleApp(client, read_only=read_only, refresh_s=refresh_s)

@@ -1,0 +1,1 @@
+"""Screens of the console: one per mode, plus the confirmation dialog."""

@@ -1,0 +1,74 @@
+"""Every appliance of a site, one line each; Enter drills into one."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import getters
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.reactive import var
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from tui.view import ApplianceView
+from tui.widgets.format import STATE_STYLE, millis, number, percent
+
+__all__ = ["FleetScreen"]
+
+_COLUMNS = ("appliance", "state", "model", "mesh", "load", "p99 TTFT", "KV", "alerts")
+
+
+class FleetScreen(Screen[None]):
+    views: var[tuple[ApplianceView, ...]] = var(())
+    table = getters.query_one("#fleet", DataTable)
+
+    class Selected(Message):
+        """The operator picked an appliance to look at."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+    def compose(self) -> ComposeResult:
+        yield Static("fleet: enter opens an appliance", id="fleet-title")
+        yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.add_columns(*_COLUMNS)
+
+    def watch_views(self, views: tuple[ApplianceView, ...]) -> None:
+        table = self.table
+        for view in views:
+            cells = _row(view)
+            if view.name in table.rows:
+                for column, cell in zip(table.columns, cells, strict=True):
+                    table.update_cell(view.name, column, cell, update_width=True)
+            else:
+                table.add_row(*cells, key=view.name)
+
+    def highlighted(self) -> str | None:
+        """The appliance under the cursor: drain and restart act on it from this screen."""
+        if not self.table.row_count:
+            return None
+        return self.table.coordinate_to_cell_key(self.table.cursor_coordinate).row_key.value
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.post_message(self.Selected(event.row_key.value))
+
+
+def _row(view: ApplianceView) -> tuple[str | Text, ...]:
+    state, summary = view.polled.state, view.summary
+    if state is None:
+        return (view.name, Text("unreachable", STATE_STYLE["unreachable"]), "", "", "", "", "",
+                Text(view.polled.error or "", "red"))  # fmt: skip
+    load = "no metrics"
+    if summary is not None:
+        limit = state.max_concurrency if state.max_concurrency is not None else "?"
+        load = f"{number(summary.running)}/{limit} · {number(summary.generation_tps, '.0f')} tok/s"
+    ttft = millis(summary.ttft.p99) if summary is not None and summary.ttft is not None else "–"
+    kv = percent(summary.kv_usage) if summary is not None else "n/a"
+    alerts = Text(" · ".join(view.alerts), "yellow") if view.alerts else Text("ok", "green")
+    return (view.name, Text(state.state, STATE_STYLE.get(state.state, "")), state.checkpoint, state.mesh, load, ttft,
+            kv, alerts)  # fmt: skip

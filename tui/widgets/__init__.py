@@ -1,0 +1,1 @@
+"""Widgets of the console; each shows one part of an ApplianceView."""

@@ -1,0 +1,140 @@
+"""Text panels of the dashboard: latency, scheduler, devices and checks.
+
+Each redraws from the ApplianceView bound to it; none of them computes anything beyond layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.text import Text
+from textual.reactive import var
+
+from appliance.metrics_window import E2E, ITL, TTFT, Percentiles
+from tui.view import ApplianceView
+from tui.widgets.format import IDLE, MISSING, gib, millis, number, percent
+from tui.widgets.quiet import QuietStatic
+
+__all__ = ["ChecksPanel", "DevicesPanel", "LatencyPanel", "SchedulerPanel"]
+
+
+class _Panel(QuietStatic):
+    DEFAULT_CSS = """
+    _Panel { height: auto; border: round $primary; border-title-color: $text; padding: 0 1; }
+    """
+    TITLE = ""
+    view: var[ApplianceView | None] = var(None)
+
+    def on_mount(self) -> None:
+        self.border_title = self.TITLE
+
+    def watch_view(self, view: ApplianceView | None) -> None:
+        text = self.render_view(view) if view is not None else Text("not polled yet", style="dim")
+        text.rstrip()
+        self.show(text)
+
+    def render_view(self, view: ApplianceView) -> Text:
+        raise NotImplementedError
+
+
+class LatencyPanel(_Panel):
+    TITLE = "latency"
+
+    def render_view(self, view: ApplianceView) -> Text:
+        summary = view.summary
+        if summary is None:
+            return Text("no engine metrics", style="dim")
+        span = "since engine start" if summary.window_s is None else f"last {summary.window_s:.0f} s"
+        text = Text(f"{'':<13}{'p50':>10}{'p95':>11}{'p99':>11}{'n':>8}\n", style="bold")
+        rows = (("TTFT", summary.ttft, TTFT), ("inter-token", summary.itl, ITL), ("end to end", summary.e2e, E2E))
+        for label, value, family in rows:
+            p50, p95, p99, n = _percentile_cells(value, family in summary.missing)
+            text.append(f"{label:<13}{p50:>10}{p95:>11}{p99:>11}{n:>8}\n")
+        text.append(f"from histogram bucket deltas, {span}", "dim")
+        return text
+
+
+def _percentile_cells(value: Percentiles | None, missing: bool) -> tuple[str, str, str, str]:
+    if value is None:
+        blank = MISSING if missing else IDLE
+        return blank, blank, blank, "0"
+    return millis(value.p50), millis(value.p95), millis(value.p99), f"{value.observations:.0f}"
+
+
+class SchedulerPanel(_Panel):
+    TITLE = "scheduler"
+
+    def render_view(self, view: ApplianceView) -> Text:
+        text = Text()
+        steps = view.summary.steps if view.summary is not None else None
+        if steps is None:
+            text.append("no steps in the window\n", "dim")
+        else:
+            text.append(
+                f"{steps.steps:.0f} steps, {steps.tokens_per_step:.1f} tokens/step "
+                f"(p50 {steps.p50_tokens:.0f}, p95 {steps.p95_tokens:.0f}), "
+                f"prefill share {percent(steps.prompt_share)}\n"
+            )
+            text.append("tokens/step ≤ " + "  ".join(f"{b:g}:{n:.0f}" for b, n in steps.distribution) + "\n", "dim")
+        log = view.scheduler
+        if log is not None and log.steps:
+            text.append(
+                f"logged steps {log.steps}: {log.prefill_steps} with prefill, "
+                f"{log.context_tokens_per_step:.1f} prompt + {log.generation_tokens_per_step:.1f} decode tokens/step, "
+                f"prefill step {millis(_ms(log.prefill_step_ms))}, decode step {millis(_ms(log.decode_step_ms))}\n"
+            )
+        elif log is not None:
+            text.append("per-step split: add --enable-logging-iteration-details to engine.extra_args\n", "dim")
+        if log is not None and log.stats_line:
+            head, _, tail = log.stats_line.partition(" reqs, ")  # after Running/Waiting: fits two lines
+            text.append(f"{head} reqs,\n  {tail}" if tail else head, "cyan")
+        return text
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value / 1000
+
+
+class DevicesPanel(_Panel):
+    TITLE = "devices"
+
+    def render_view(self, view: ApplianceView) -> Text:
+        host = view.polled.host
+        if host is None:
+            return Text("no host facts", style="dim")
+        devices: Mapping[str, Any] = host.get("devices", {})
+        boards = devices.get("boards") or []
+        text = Text()
+        for board in boards:
+            facts = "  ".join(f"{k} {v}" for k, v in board.items() if v is not None and k != "index")
+            text.append(f"board {board.get('index', '?')}: {facts}\n")
+        if boards and devices.get("kmd_version"):
+            text.append(f"kmd {devices['kmd_version']}\n", "dim")
+        usage: Mapping[str, Any] = host.get("usage", {})
+        if usage:
+            cores, load = usage.get("cores", "?"), number(usage.get("load_1m"), ".2f")
+            text.append(
+                f"host CPU {percent(usage.get('cpu_busy'))} of {cores} cores, load {load}"
+                f"\nmemory {gib(usage['memory_total_bytes'] - usage['memory_available_bytes'])} used of "
+                f"{gib(usage['memory_total_bytes'])}, engine RSS {gib(usage.get('engine_rss_bytes'))}"
+            )
+        return text if text else Text("no Tenstorrent boards on this host", style="dim")
+
+
+_CHECK_STYLE = {"pass": "green", "warn": "yellow", "unknown": "dim", "fail": "red"}
+
+
+class ChecksPanel(_Panel):
+    TITLE = "checks"
+
+    def render_view(self, view: ApplianceView) -> Text:
+        checks = view.polled.checks
+        if checks is None:
+            return Text("no checks yet", style="dim")
+        text = Text()
+        for item in checks.get("checks", []):  # GET /checks: {"checks": [CheckResult as JSON]}
+            status = str(item.get("status", "?"))
+            text.append(f"{status:<8}", _CHECK_STYLE.get(status, "red"))
+            text.append(f" {item.get('title', item.get('id', ''))}: {item.get('summary', '')}\n")
+        return text
