@@ -7,7 +7,8 @@ TTNN_ENGINE := .engines/ttnn
 # ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 
-.PHONY: serve test lint bench engine-cpu engine-ttnn setup
+
+.PHONY: serve test lint bench soak engine-cpu engine-ttnn setup
 
 setup: $(VENV)/.installed
 
@@ -34,17 +35,22 @@ serve: setup engine-cpu
 	$(BIN)/appliance serve
 
 test: setup engine-cpu engine-ttnn
-	$(BIN)/ruff check appliance tui tests
-	$(BIN)/ruff format --check appliance tui tests
+	$(BIN)/ruff check appliance tui tests bench build engine_plugins
+	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check appliance tui tests
-	$(BIN)/ruff format --check appliance tui tests
+	$(BIN)/ruff check appliance tui tests bench build engine_plugins
+	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins
 	$(BIN)/mypy
 
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
+	$(BIN)/python bench/serve_overhead.py
 	$(BIN)/python bench/console_cpu.py
 	$(BIN)/python bench/check_timings.py
+
+# The reliability soak (10 minutes of the mixed workload with the console poller attached).
+soak: setup engine-cpu
+	PYTHONPATH=. $(BIN)/python bench/soak.py --duration 600

@@ -68,10 +68,15 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
 
 
 def ensure_model(plan: LaunchPlan) -> None:
-    """Build a locally generated checkpoint (the embedded tiny model) if it is not there yet."""
-    if plan.generate is None or (Path(plan.model_path) / ".complete").is_file():
+    """Build a locally generated checkpoint (the embedded tiny model), or repair a damaged one.
+
+    The recipe always runs: it hashes what is on disk against its `.complete` record, leaves an
+    intact checkpoint alone and rebuilds a truncated or edited one, which the engine would
+    otherwise reject only after its imports.
+    """
+    if plan.generate is None:
         return
-    log.info("generating the %s checkpoint into %s", plan.generate, plan.model_path)
+    log.info("checking the %s checkpoint in %s", plan.generate, plan.model_path)
     done = subprocess.run(
         [plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path], capture_output=True, text=True
     )

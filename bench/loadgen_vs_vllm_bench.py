@@ -35,6 +35,8 @@ from appliance.schedcompare import serve_appliance
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_PYTHON = ROOT / ".engines" / "cpu" / "bin" / "python"
+# The appliance's request options (per-chunk usage gives it exact token counts), sent by both tools.
+SAME_STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "output_throughput", "request_throughput")
 
 
@@ -65,7 +67,8 @@ async def run_vllm_bench(url: str, tokenizer: str, args: argparse.Namespace) -> 
     argv = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions", "--model", args.model,
             "--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", str(args.input),
             "--random-output-len", str(args.output), "--random-range-ratio", "0", "--num-prompts", str(args.requests),
-            "--max-concurrency", str(args.concurrency), "--ignore-eos", "--seed", "0", "--disable-tqdm"]  # fmt: skip
+            "--max-concurrency", str(args.concurrency), "--ignore-eos", "--seed", "0", "--disable-tqdm",
+            "--extra-body", json.dumps({"stream_options": SAME_STREAM_OPTIONS})]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         str(ENGINE_PYTHON), "-I", str(ROOT / "bench" / "vllm_bench_serve.py"), *argv,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,

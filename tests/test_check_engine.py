@@ -19,41 +19,16 @@ import pytest
 
 from appliance.api_contract import CONTRACT_FILE
 
-from .helpers import free_port
-from .test_engine_cpu import Served, serve_command
+from .appliance_process import ENGINE_TESTS, Served, running_appliance
 
-ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+pytestmark = ENGINE_TESTS
 HF_SECRET = "hf_" + secrets.token_hex(12)
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("check-served")
-    engine_port, control_port = free_port(), free_port()
-    token = secrets.token_urlsafe(16)
-    env = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")}
-    output = tmp / "serve.out"
-    with output.open("wb") as sink:
-        proc = subprocess.Popen(serve_command(engine_port, control_port), env=env, stdout=sink, stderr=sink)
-    served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
-                    tmp / "cache", output)  # fmt: skip
-    try:
-        served.wait_for("ready")
+    with running_appliance(tmp_path_factory.mktemp("check-served")) as served:
         yield served
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def check(served: Served, *args: str) -> subprocess.CompletedProcess[str]:

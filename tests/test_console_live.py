@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,42 +23,19 @@ from tui.screens.logs import LogsScreen
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import SchedulerPanel
 
+from .appliance_process import ENGINE_TESTS, Served, running_appliance
 from .console_pilot import shown, until
-from .helpers import free_port
-from .test_engine_cpu import MODEL, ROOT, Served, serve_command
+from .test_engine_cpu import MODEL
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+pytestmark = ENGINE_TESTS
 EXTRA = ('engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--enable-logging-iteration-details]',
          "engine.env.VLLM_LOG_STATS_INTERVAL=1")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("console-live")
-    engine_port, control_port = free_port(), free_port()
-    token = secrets.token_urlsafe(16)
-    env = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")}
-    output = tmp / "serve.out"
-    with output.open("wb") as sink:
-        proc = subprocess.Popen([*serve_command(engine_port, control_port), *EXTRA], env=env, stdout=sink, stderr=sink)
-    served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
-                    tmp / "cache", output)  # fmt: skip
-    try:
-        served.wait_for("ready")
+    with running_appliance(tmp_path_factory.mktemp("console-live"), *EXTRA) as served:
         yield served
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def console(live: Served) -> ConsoleApp:

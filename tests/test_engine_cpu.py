@@ -8,92 +8,27 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from openai import OpenAI
 
-from .helpers import free_port, process_group_alive
+from .appliance_process import ENGINE_TESTS, Served, running_appliance, serve_command
+from .helpers import process_group_alive
 
-ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+pytestmark = ENGINE_TESTS
 MODEL = "appliance/tiny-llama"
-
-
-@dataclass
-class Served:
-    proc: subprocess.Popen[bytes]
-    engine_url: str
-    control_url: str
-    token: str
-    cache: Path
-    output: Path
-
-    def control(self, method: str, path: str, token: str | None = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
-        return httpx.request(method, f"{self.control_url}{path}", headers=headers, timeout=30.0)
-
-    def state(self) -> dict[str, Any]:
-        document: dict[str, Any] = self.control("GET", "/state").json()
-        return document
-
-    def wait_for(self, *states: str, timeout: float = 300.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"appliance exited {self.proc.returncode}:\n{self.output.read_text()[-3000:]}")
-            try:
-                state = self.state()
-            except httpx.HTTPError:
-                state = {"state": "unreachable"}
-            if state["state"] in states:
-                return state
-            time.sleep(0.5)
-        raise AssertionError(f"never reached {states}; last state {state['state']}")
-
-    def client(self) -> OpenAI:
-        return OpenAI(base_url=f"{self.engine_url}/v1", api_key="unused", max_retries=0, timeout=120.0)
-
-
-def serve_command(engine_port: int, control_port: int) -> list[str]:
-    return [sys.executable, "-m", "appliance.cli", "serve", f"serving.port={engine_port}",
-            f"control.port={control_port}", "supervisor.backoff_initial_s=0.5"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("served")
-    engine_port, control_port = free_port(), free_port()
-    token = secrets.token_urlsafe(16)
-    env = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")}
-    output = tmp / "serve.out"
-    with output.open("wb") as sink:
-        proc = subprocess.Popen(serve_command(engine_port, control_port), env=env, stdout=sink, stderr=sink)
-    served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
-                    tmp / "cache", output)  # fmt: skip
-    try:
-        served.wait_for("ready")
+    with running_appliance(tmp_path_factory.mktemp("served")) as served:
         yield served
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_completions_chat_and_streaming_through_the_openai_client(served: Served) -> None:

@@ -110,3 +110,9 @@ def test_loadtest_says_when_the_server_cannot_be_reached(tmp_path: Path) -> None
     done = run_cli("loadtest", "workload=chat", "--url", url, "--out", str(tmp_path))
     assert done.returncode == 4 and "Traceback" not in done.stderr
     assert f"error: cannot reach the OpenAI API at {url}" in done.stderr
+
+
+def test_without_a_url_loadtest_targets_the_configs_own_engine(tmp_path: Path) -> None:
+    port = free_port()
+    done = run_cli("loadtest", "workload=chat", "mesh=cpu", f"serving.port={port}", "--out", str(tmp_path))
+    assert done.returncode == 4 and f"cannot reach the OpenAI API at http://127.0.0.1:{port}" in done.stderr

@@ -24,16 +24,10 @@ from appliance.compose import compose_config
 from appliance.loadreport import LoadReport, load_report
 from appliance.workload import plan_requests
 
+from .appliance_process import ENGINE_TESTS
 from .helpers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+pytestmark = ENGINE_TESTS
 FEATURES = ("workload.structured_output_share=0.25", "workload.logprobs_share=0.25",
             "workload.penalties_share=0.25", "workload.shared_prefix_share=0.5")  # fmt: skip
 

@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,40 +29,24 @@ from appliance.plan import LaunchPlan
 from appliance.service import ensure_model
 from appliance.supervisor import EngineSupervisor
 
+from .appliance_process import ENGINE_TESTS, Served, running_appliance, start_appliance
 from .helpers import cpu_plan, free_port, process_group_alive, wait_for
-from .test_engine_cpu import MODEL, Served, pytestmark, serve_command  # noqa: F401  (shared skip marker)
+from .test_engine_cpu import MODEL
+
+pytestmark = ENGINE_TESTS
 
 API_KEY = "sk-reliability-test"
 
 
-def start(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Served:
-    engine_port, control_port = free_port(), free_port()
-    token = "control-" + os.urandom(8).hex()
-    environ = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")} | (env or {})
-    output = tmp / "serve.out"
-    with output.open("wb") as sink:
-        proc = subprocess.Popen([*serve_command(engine_port, control_port), *extra], env=environ, stdout=sink,
-                                stderr=sink)  # fmt: skip
-    served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
-                    tmp / "cache", output)  # fmt: skip
-    served.wait_for("ready")
-    return served
-
-
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = start(tmp_path_factory.mktemp("keyed"), "serving.api_key_env=SITE_OPENAI_KEY",
-                   env={"SITE_OPENAI_KEY": API_KEY})  # fmt: skip
-    try:
+    tmp = tmp_path_factory.mktemp("keyed")
+    with running_appliance(tmp, "serving.api_key_env=SITE_OPENAI_KEY", env={"SITE_OPENAI_KEY": API_KEY}) as served:
         yield served
-    finally:
-        if served.proc.poll() is None:
-            served.proc.kill()
-            served.proc.wait()
 
 
 def client(served: Served, key: str = API_KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.engine_url}/v1", api_key=key, max_retries=0, timeout=120.0)
+    return served.client(key)
 
 
 def test_the_engine_port_takes_the_sites_api_key(keyed: Served) -> None:
@@ -139,7 +122,7 @@ def test_sigterm_with_50_requests_in_flight_lets_all_50_complete(keyed: Served) 
 
 
 def test_kill_9_of_the_appliance_takes_the_engine_with_it(tmp_path: Path) -> None:
-    served = start(tmp_path)
+    served = start_appliance(tmp_path)
     pgid = served.state()["pid"]
     served.proc.kill()
     served.proc.wait()
@@ -200,3 +183,13 @@ def socket_taken(port: int) -> Iterator[None]:
         sock.bind(("127.0.0.1", port))
         sock.listen()
         yield
+
+
+def test_a_truncated_model_cache_is_detected_and_rebuilt(tmp_path: Path) -> None:
+    plan = cpu_plan(tmp_path, f"paths.cache_dir={tmp_path}/cache")
+    ensure_model(plan)
+    weights = Path(plan.model_path) / "model.safetensors"
+    intact = weights.read_bytes()
+    weights.write_bytes(intact[: len(intact) // 2])
+    ensure_model(plan)
+    assert weights.read_bytes() == intact

@@ -1,0 +1,58 @@
+"""Generated bad input: override sets and site files give a plan or a ConfigError, nothing else."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from appliance.compose import compose_config
+from appliance.errors import ConfigError
+from appliance.plan import build_plan
+from appliance.validate import validate
+
+from .test_validate import KEYS, MATRIX, VALUES
+
+SITE_KEYS = st.sampled_from([
+    "serving", "serving.max_context", "serving.port", "features", "features.strict", "site.name", "site.min_status",
+    "model.checkpoint", "engine.extra_args", "tt", "tt.trace_mode", "defaults", "mesh", "bogus.key", "",
+])  # fmt: skip
+YAML_VALUES = st.one_of(
+    st.integers(-3, 10**6), st.booleans(), st.none(), st.text(max_size=10),
+    st.lists(st.sampled_from(["- override /mesh: t3k", "--x", 1, None]), max_size=3),
+)  # fmt: skip
+
+
+def outcome(overrides: list[str], site_dir: Path | None = None) -> None:
+    try:
+        build_plan(validate(compose_config(overrides, site_dir=site_dir), MATRIX))
+    except ConfigError as error:
+        assert error.problems and all(p.key and "\n" not in p.render() for p in error.problems)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.tuples(KEYS, VALUES), max_size=6))
+def test_1000_generated_override_sets_give_a_plan_or_a_config_error(pairs: list[tuple[str, str]]) -> None:
+    outcome([f"{k}={v}" for k, v in pairs] + ["mesh=t3k", "+model=llama"])
+
+
+def render_site(entries: list[tuple[str, object]], raw: str) -> str:
+    lines = ["# @package _global_"]
+    for key, value in entries:
+        *parents, leaf = key.split(".") if key else [""]
+        indent = ""
+        for parent in parents:
+            lines.append(f"{indent}{parent}:")
+            indent += "  "
+        lines.append(f"{indent}{leaf}: {value!r}" if not isinstance(value, list) else f"{indent}{leaf}: {value}")
+    return "\n".join(lines) + "\n" + raw
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.tuples(SITE_KEYS, YAML_VALUES), max_size=5), st.text("{}[]:,'\"- \n#&*!|>%@`abc", max_size=20))
+def test_1000_generated_site_files_give_a_plan_or_a_config_error(entries: list[tuple[str, object]], raw: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "generated.yaml").write_text(render_site(entries, raw))
+        outcome(["site=generated", "mesh=t3k", "+model=llama"], Path(tmp))

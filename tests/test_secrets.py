@@ -1,0 +1,62 @@
+"""Planted secrets never reach an artefact: plans, renders, site listings, manifests, pilot reports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SECRETS = {
+    "HF_TOKEN": "hf_planted_hub_secret",
+    "LAB_OPENAI_KEY": "sk-planted-api-key",
+    "APPLIANCE_TOKEN": "planted-ctl",
+}
+SITE = ("site=lab-t3k", "+model=llama")
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=os.environ | SECRETS,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan", *SITE, "--json"),
+        ("plan", *SITE),
+        ("validate", *SITE, "--json"),
+        ("plan", "--all-sites"),
+        ("sites", "--json"),
+        ("render", "systemd", *SITE),
+        ("render", "k8s", *SITE),
+        ("check", "mesh=cpu", "serving.api_key_env=LAB_OPENAI_KEY", "--json", "--releases", "build/vllm-releases.yaml"),
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_no_command_prints_a_secret_value(args: tuple[str, ...]) -> None:
+    text = run(*args)
+    assert text.strip()
+    assert not any(value in text for value in SECRETS.values()), text[-2000:]
+
+
+def test_no_written_file_holds_a_secret_value(tmp_path: Path) -> None:
+    run("render", "k8s", *SITE, "--out", str(tmp_path / "k8s"))
+    run("check", "mesh=cpu", "--report", str(tmp_path / "pilot.md"), "--releases", "build/vllm-releases.yaml")
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) >= 2
+    for path in written:
+        assert not any(value in path.read_text() for value in SECRETS.values()), path
+
+
+def test_a_generated_control_token_file_is_0600(tmp_path: Path) -> None:
+    from appliance.service import control_token
+
+    from .helpers import cpu_plan
+
+    token = control_token(cpu_plan(tmp_path), environ={})
+    assert token.file is not None and token.file.stat().st_mode & 0o777 == 0o600
+    assert token.value in token.file.read_text()
