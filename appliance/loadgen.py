@@ -12,7 +12,6 @@ of more client CPU per chunk (bench/loadgen_vs_vllm_bench.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -286,9 +285,8 @@ async def _closed_loop(
                 return
             await run.send(planned, prompt)
 
-    workers = [asyncio.create_task(stream()) for _ in range(run.workload.concurrency)]
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(asyncio.shield(asyncio.gather(*workers)), timeout=duration_s)
+    workers = {asyncio.create_task(stream()) for _ in range(run.workload.concurrency)}
+    await asyncio.wait(workers, timeout=duration_s)  # the stragglers drain with the rest
     tasks.update(workers)
 
 

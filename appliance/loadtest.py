@@ -46,7 +46,9 @@ async def run_loadtest(
         raise ConfigError(tuple(problems))
     key = os.environ.get(target.api_key_env, "") if target.api_key_env else ""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    connector = aiohttp.TCPConnector(limit=0)  # one connection per stream, however many
+    # One connection per stream, however many. Idle ones are dropped before uvicorn's 5 s keep-alive
+    # would close them under a new request (seen as "Server disconnected").
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0)
     async with aiohttp.ClientSession(target.url, headers=headers, timeout=_TIMEOUT, connector=connector) as http:
         try:
             model, requests = await _prepare(http, target.url, workload, window, progress)

@@ -29,6 +29,7 @@ __all__ = ["SCHEDULERS", "compare_schedulers", "serve_appliance"]
 SCHEDULERS = (("mixed", "default"), ("phased", "phased"))
 """(report label, engine.scheduler) in run order."""
 _TOKEN_ENV = "APPLIANCE_TOKEN"
+_CPU = ("mesh=cpu", "engine=cpu")  # the emulation's engine, unless the overrides say otherwise
 
 
 async def compare_schedulers(
@@ -46,7 +47,8 @@ async def compare_schedulers(
     for label, scheduler in SCHEDULERS:
         log = log_dir / f"serve-{label}.log"
         announce(f"booting the engine with engine.scheduler={scheduler} (log: {log})")
-        async with serve_appliance([*overrides, f"engine.scheduler={scheduler}"], log, ready_timeout_s) as url:
+        served = serve_appliance([*_CPU, *overrides, f"engine.scheduler={scheduler}"], log, ready_timeout_s)
+        async with served as url:
             announce(f"{label}: engine ready at {url}; running workload {workload.name}")
             reports.append(await run_loadtest(workload, LoadTarget(url, label), window, progress))
     return tuple(reports)

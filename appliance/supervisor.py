@@ -36,8 +36,8 @@ _STABLE_FACTOR = 10  # ready this many max-backoffs counts as recovered from a c
 _CAUSE_SCAN = 300  # engine lines searched for the exception that explains a failure
 # "ValueError: ...", "OSError: [Errno 98] Address already in use", "RuntimeError: ..."
 _EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .*")
-# vLLM logs EngineDeadError on every shutdown of a failed engine core; it never explains the failure.
-_SHUTDOWN_NOISE = re.compile(r"EngineDeadError|EngineCore encountered an issue")
+# Wrappers vLLM logs around the real error (and on every shutdown); they never explain a failure.
+_WRAPPER_NOISE = re.compile(r"EngineDeadError|EngineCore encountered an issue|Engine core initialization failed")
 _LINE_LIMIT = 1 << 20  # engine log lines can be long (full config dumps)
 
 
@@ -186,7 +186,7 @@ class EngineSupervisor:
     def _cause(self) -> str:
         """The engine's own words for what went wrong: its last exception line, else its last lines."""
         recent = self.log.tail(_CAUSE_SCAN)
-        errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _SHUTDOWN_NOISE.search(line)]
+        errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _WRAPPER_NOISE.search(line)]
         if errors:
             return f"cause: {errors[-1].strip()}"
         return "last lines: " + " | ".join(recent[-5:])
