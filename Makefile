@@ -50,6 +50,8 @@ bench: setup engine-cpu
 	$(BIN)/python bench/serve_overhead.py
 	$(BIN)/python bench/console_cpu.py
 	$(BIN)/python bench/check_timings.py
+	$(BIN)/python bench/loadgen_capacity.py
+	$(BIN)/python bench/loadgen_vs_vllm_bench.py
 
 # The reliability soak (10 minutes of the mixed workload with the console poller attached).
 soak: setup engine-cpu

@@ -253,7 +253,7 @@ async def drive(
     run = _Run(http, model, workload, progress)
     tasks: set[asyncio.Task[None]] = set()
     if workload.arrival == "poisson":
-        due = [(p, b) for p, b in requests if p.at_s is not None and p.at_s < window.duration_s]
+        due = [(p, b) for p, b in requests if (p.at_s or 0.0) < window.duration_s]
         run.total = len(due)
         opener = _open_loop(run, due, tasks)
     else:

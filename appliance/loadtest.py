@@ -70,7 +70,8 @@ async def _prepare(
     problems = check_workload(workload, await tokenizer.max_model_len())
     if problems:
         raise ConfigError(tuple(problems))
-    planned = plan_requests(workload, window.max_requests)
+    # Only arrivals inside the send window get a prompt (a long soak passes a huge --max-requests).
+    planned = tuple(p for p in plan_requests(workload, window.max_requests) if (p.at_s or 0.0) < window.duration_s)
     progress(LoadProgress("prompts", len(planned), 0, 0, 0))
     prompts = await build_prompts(tokenizer, planned, workload.shared_prefix_tokens, workload.seed)
     requests = tuple(zip(planned, prompts, strict=True))
