@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,16 @@ async def wait_for(sup: EngineSupervisor, *states: EngineState, timeout: float =
         if loop.time() > deadline:
             raise AssertionError(f"state stayed {sup.state.value}, wanted {[s.value for s in states]}")
         await asyncio.sleep(0.05)
+
+
+def group_gone(pgid: int, timeout: float = 10.0) -> bool:
+    """Whether the group has no running process within `timeout` (SIGKILLed processes take a moment to die)."""
+    deadline = time.monotonic() + timeout
+    while process_group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def process_group_alive(pgid: int) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import free_port, process_group_alive
+from .helpers import free_port, group_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
@@ -85,4 +85,4 @@ def test_serve_notifies_ready_every_state_and_stopping(notify_socket: socket.soc
     assert proc.returncode == 143
     assert stopped[0] == "STOPPING=1\nSTATUS=stopping"
     assert states(stopped[1:]) == ["draining", "stopped"]
-    assert not process_group_alive(state["pid"])
+    assert group_gone(state["pid"])

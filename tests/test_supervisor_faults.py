@@ -13,7 +13,7 @@ from appliance.engine_log import EngineLog
 from appliance.lifecycle import EngineState
 from appliance.supervisor import EngineSupervisor
 
-from .helpers import fake_plan, process_group_alive, wait_for
+from .helpers import fake_plan, group_gone, wait_for
 
 S = EngineState
 
@@ -46,7 +46,7 @@ async def test_boot_goes_through_loading_and_warming_to_ready_then_stops_clean(s
     sup.request("stop")
     await run
     assert sup.state is S.STOPPED
-    assert not process_group_alive(pgid)
+    assert group_gone(pgid)
     assert "Application startup complete." in sup.log.path.read_text()
 
 
@@ -94,7 +94,7 @@ async def test_an_engine_ignoring_sigterm_is_killed_after_the_grace_period(super
     sup.request("stop")
     await run
     assert 1.5 <= loop.time() - started < 10  # shutdown_timeout_s + stop_grace_s, then SIGKILL
-    assert not process_group_alive(pgid)
+    assert group_gone(pgid)
 
 
 async def test_not_ready_within_the_budget_fails(supervisor: Factory) -> None:
