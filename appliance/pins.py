@@ -6,11 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter
 
 from appliance.compose import CONF_DIR
-from appliance.errors import ConfigError, Problem
+from appliance.data_files import load_data_file
 
 __all__ = ["BUILD_DIR", "PinManifest", "PluginPin", "VllmPin", "load_pins"]
 
@@ -77,10 +76,4 @@ _ADAPTER: TypeAdapter[PinManifest] = TypeAdapter(PinManifest)
 
 def load_pins(engine: str, build_dir: Path = BUILD_DIR) -> PinManifest:
     """The manifest of `engine`; a missing or malformed one is a ConfigError naming the file."""
-    path = build_dir / engine / "pins.yaml"
-    try:
-        return _ADAPTER.validate_python(yaml.safe_load(path.read_text()))
-    except FileNotFoundError:
-        raise ConfigError((Problem("pins-missing", str(path), "no pin manifest for this engine"),)) from None
-    except (yaml.YAMLError, ValidationError) as err:
-        raise ConfigError((Problem("pins-invalid", str(path), " ".join(str(err).split())),)) from None
+    return load_data_file(build_dir / engine / "pins.yaml", _ADAPTER, "pins", "pin manifest for this engine")

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from packaging.version import InvalidVersion, Version
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter
 
 from appliance.compose import CONF_DIR
+from appliance.data_files import load_data_file
 from appliance.errors import ConfigError, EngineError, Problem
 
 __all__ = ["PYPI_VLLM", "RELEASES_FILE", "Lag", "Release", "ReleaseList", "index_releases", "lag", "load_releases"]
@@ -58,15 +58,13 @@ _FILE: TypeAdapter[ReleaseList] = TypeAdapter(ReleaseList)
 
 def load_releases(path: Path = RELEASES_FILE) -> ReleaseList:
     """The fleet's release list (YAML: source, releases: [{version, date}]); ConfigError naming the file."""
+    releases = load_data_file(path, _FILE, "releases", "release list")
+    if not releases.releases:
+        raise ConfigError((Problem("releases-invalid", str(path), "lists no release"),))
     try:
-        releases = _FILE.validate_python(yaml.safe_load(path.read_text()))
-        if not releases.releases:
-            raise ConfigError((Problem("releases-invalid", str(path), "lists no release"),))
         releases.newest()  # every version must parse
-    except FileNotFoundError:
-        raise ConfigError((Problem("releases-missing", str(path), "no release list"),)) from None
-    except (yaml.YAMLError, ValidationError, InvalidVersion) as err:
-        raise ConfigError((Problem("releases-invalid", str(path), " ".join(str(err).split())),)) from None
+    except InvalidVersion as err:
+        raise ConfigError((Problem("releases-invalid", str(path), str(err)),)) from None
     return releases
 
 

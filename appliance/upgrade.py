@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter
 
+from appliance.data_files import load_data_file
 from appliance.errors import ConfigError, Problem
 from appliance.pins import BUILD_DIR, PinManifest, load_pins
 
@@ -79,13 +79,7 @@ _ADAPTER: TypeAdapter[CompatData] = TypeAdapter(CompatData)
 
 def load_compat(build_dir: Path = BUILD_DIR) -> CompatData:
     """build/tt/compat.yaml; a missing or malformed file is a ConfigError naming it."""
-    path = build_dir / "tt" / "compat.yaml"
-    try:
-        return _ADAPTER.validate_python(yaml.safe_load(path.read_text()))
-    except FileNotFoundError:
-        raise ConfigError((Problem("compat-missing", str(path), "no plugin compat data"),)) from None
-    except (yaml.YAMLError, ValidationError) as err:
-        raise ConfigError((Problem("compat-invalid", str(path), " ".join(str(err).split())),)) from None
+    return load_data_file(build_dir / "tt" / "compat.yaml", _ADAPTER, "compat", "plugin compat data")
 
 
 def check_upgrade(spec: str, build_dir: Path = BUILD_DIR) -> UpgradeReport:
