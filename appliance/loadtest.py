@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -38,9 +38,17 @@ class LoadTarget:
 
 
 async def run_loadtest(
-    workload: WorkloadConfig, target: LoadTarget, window: RunWindow, progress: ProgressFn = lambda _: None
+    workload: WorkloadConfig,
+    target: LoadTarget,
+    window: RunWindow,
+    progress: ProgressFn = lambda _: None,
+    ready: Callable[[], Awaitable[object]] | None = None,
 ) -> LoadReport:
-    """Drive `workload` at `target` within `window` and report what the server did."""
+    """Drive `workload` at `target` within `window` and report what the server did.
+
+    `ready`, when given, is awaited once the prompts are built and warmed up, just before the clock
+    starts: it lets several generators start sending together.
+    """
     problems = check_workload(workload)
     if problems:
         raise ConfigError(tuple(problems))
@@ -55,6 +63,8 @@ async def run_loadtest(
         except (aiohttp.ClientError, TimeoutError) as error:
             reason = str(error) or type(error).__name__
             raise EngineError(f"cannot reach the OpenAI API at {target.url}: {reason}") from None
+        if ready is not None:
+            await ready()
         started, cpu = time.time(), time.process_time()
         traces, duration = await drive(http, model, workload, requests, window, progress)
         cpu = time.process_time() - cpu

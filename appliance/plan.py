@@ -19,7 +19,7 @@ from pydantic_core import to_jsonable_python
 from appliance.compose import CONF_DIR
 from appliance.errors import Problem
 from appliance.schema import ControlConfig, EngineKind, SupervisorConfig
-from appliance.validate import ValidatedConfig
+from appliance.validate import ValidatedConfig, is_local_path
 
 __all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "PHASED_MODULE", "LaunchPlan", "build_plan"]
 
@@ -89,7 +89,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     engines_dir = Path(paths.engines_dir) if paths.engines_dir else CONF_DIR.parent / ".engines"
     python = cfg.engine.python or str(engines_dir / validated.engine / "bin" / "python")
     generate = validated.checkpoint.generated
-    model_path = str(Path(paths.cache_dir) / "models" / generate) if generate else cfg.model.checkpoint
+    model_path = str(Path(paths.cache_dir) / "models" / generate) if generate else _local_or_hub(cfg.model.checkpoint)
     served = cfg.model.served_name or cfg.model.checkpoint
     probe_host = "127.0.0.1" if cfg.serving.host in ("0.0.0.0", "::") else cfg.serving.host
     base_url = f"http://{probe_host}:{cfg.serving.port}"
@@ -113,7 +113,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         mesh=cfg.mesh.option,
         control=cfg.control,
         supervisor=cfg.supervisor,
-        state_dir=paths.state_dir,
+        state_dir=str(Path(paths.state_dir).expanduser().resolve()),
         log_dir=paths.log_dir,
         config_hash=validated.composed.config_hash,
         choices=validated.composed.choices,
@@ -123,6 +123,12 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         max_concurrency=validated.max_concurrency,
         warnings=validated.warnings,
     )
+
+
+def _local_or_hub(checkpoint: str) -> str:
+    """A local checkpoint as an absolute path (the engine runs in the state directory, not the
+    operator's); a hub id as written."""
+    return str(Path(checkpoint).expanduser().resolve()) if is_local_path(checkpoint) else checkpoint
 
 
 def _flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:

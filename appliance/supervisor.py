@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import httpx
@@ -29,7 +30,7 @@ __all__ = ["Command", "EngineEvent", "EngineSupervisor", "SpawnFn", "engine_envi
 
 log = logging.getLogger(__name__)
 Command = Literal["drain", "restart", "stop"]
-SpawnFn = Callable[[Sequence[str], Mapping[str, str]], Awaitable[asyncio.subprocess.Process]]
+SpawnFn = Callable[[Sequence[str], Mapping[str, str], str], Awaitable[asyncio.subprocess.Process]]
 _S = EngineState
 _BOOT_ORDER = (_S.STARTING, _S.LOADING, _S.WARMING)
 _STABLE_FACTOR = 10  # ready this many max-backoffs counts as recovered from a crash streak
@@ -64,10 +65,14 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-async def spawn_engine(argv: Sequence[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
+async def spawn_engine(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> asyncio.subprocess.Process:
+    """The engine in its own session, in `cwd`: never the operator's directory, whose stray `re.py`
+    or `torch/` would shadow the engine's imports (`python -m` puts the working directory first)."""
+    Path(cwd).mkdir(parents=True, exist_ok=True)
     return await asyncio.create_subprocess_exec(
         *argv,
         env=dict(env),
+        cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -134,7 +139,7 @@ class EngineSupervisor:
 
     async def _attempt(self) -> str:
         self._change(_S.STARTING, "spawning the engine")
-        proc = await self._spawn(self.plan.argv, self._env)
+        proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir)
         self.pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
         exited = asyncio.create_task(proc.wait())

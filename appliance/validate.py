@@ -26,7 +26,7 @@ from appliance.errors import ConfigError, Problem, Severity
 from appliance.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
 from appliance.schema import STATUS_ORDER, ApplianceConfig, EngineKind
 
-__all__ = ["ValidatedConfig", "validate"]
+__all__ = ["ValidatedConfig", "is_local_path", "validate"]
 
 TT_KV_BLOCK = 32  # KV block size in tokens; pools are counted in whole blocks
 CPU_KV_BLOCK = 128
@@ -163,9 +163,14 @@ def _resolve_entry(cfg: ApplianceConfig, matrix: CompatibilityMatrix) -> tuple[l
     return [], _Entry(family, checkpoint, arch, row)
 
 
+def is_local_path(name: str) -> bool:
+    """A checkpoint written as a path (/, ., ~) rather than a hub id."""
+    return name.startswith(("/", ".", "~"))
+
+
 def _local_checkpoint(family: Family, name: str) -> Checkpoint | None:
     """A local directory counts as the listed checkpoint with the same final path component."""
-    if not name.startswith(("/", ".", "~")):
+    if not is_local_path(name):
         return None
     base = Path(name).name
     return next((c for c in family.checkpoints if c.checkpoint.rsplit("/", 1)[-1] == base), None)

@@ -67,19 +67,21 @@ class Served:
 
 
 def serve_command(engine_port: int, control_port: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "appliance.cli", "serve", f"serving.port={engine_port}",
+    """The installed `appliance` console script, as operators run it (not `python -m`, which would
+    put the working directory on the appliance's own import path)."""
+    return [str(Path(sys.executable).parent / "appliance"), "serve", f"serving.port={engine_port}",
             f"control.port={control_port}", "supervisor.backoff_initial_s=0.5", *extra]  # fmt: skip
 
 
-def start_appliance(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Served:
-    """`appliance serve` on free ports with its cache under `tmp`, once it is ready."""
+def start_appliance(tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Served:
+    """`appliance serve` on free ports with its cache under `tmp`, run in `cwd`, once it is ready."""
     engine_port, control_port = free_port(), free_port()
     token = secrets.token_urlsafe(16)
     environ = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")} | (env or {})
     output = tmp / "serve.out"
     with output.open("wb") as sink:
         proc = subprocess.Popen(serve_command(engine_port, control_port, *extra), env=environ, stdout=sink,
-                                stderr=sink)  # fmt: skip
+                                stderr=sink, cwd=cwd)  # fmt: skip
     served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
                     tmp / "cache", output)  # fmt: skip
     try:
@@ -101,9 +103,11 @@ def stop_appliance(served: Served, timeout: float = 120.0) -> None:
 
 
 @contextmanager
-def running_appliance(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+def running_appliance(
+    tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[Served]:
     """A started appliance, stopped (SIGTERM, then SIGKILL) when the block ends."""
-    served = start_appliance(tmp, *extra, env=env)
+    served = start_appliance(tmp, *extra, env=env, cwd=cwd)
     try:
         yield served
     finally:

@@ -27,7 +27,12 @@ MODEL = "appliance/tiny-llama"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    with running_appliance(tmp_path_factory.mktemp("served")) as served:
+    """Run from an operator's directory holding a stray `re.py`: the engine must not import it."""
+    tmp = tmp_path_factory.mktemp("served")
+    workdir = tmp / "operator"
+    workdir.mkdir()
+    (workdir / "re.py").write_text('raise ImportError("the stray re.py in the working directory was imported")\n')
+    with running_appliance(tmp, cwd=workdir) as served:
         yield served
 
 

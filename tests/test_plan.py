@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,20 @@ def test_the_embedded_default_plan_runs_the_cpu_engine_on_the_generated_model(ma
     assert plan.generate == "tiny-llama" and plan.model_path.endswith("models/tiny-llama")
     assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "MESH_DEVICE" not in plan.env
+
+
+def test_a_relative_local_checkpoint_and_state_dir_become_absolute(
+    matrix: CompatibilityMatrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine runs in the state directory, so paths relative to the operator's must not reach it."""
+    monkeypatch.chdir(tmp_path)
+    plan = plan_for(matrix, "+model=llama", "mesh=n300", "model.checkpoint=./weights/Llama-3.1-8B-Instruct",
+                    "paths.state_dir=state")  # fmt: skip
+    assert plan.model_path == str(tmp_path / "weights" / "Llama-3.1-8B-Instruct")
+    assert plan.argv[plan.argv.index("--model") + 1] == plan.model_path
+    assert plan.state_dir == str(tmp_path / "state")
+    hub = plan_for(matrix, "+model=llama", "mesh=n300")
+    assert hub.model_path == "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_a_t3k_plan_carries_features_precision_and_the_rows_tt_config(matrix: CompatibilityMatrix) -> None:
