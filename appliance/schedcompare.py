@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -55,10 +56,14 @@ async def compare_schedulers(
 
 
 @contextlib.asynccontextmanager
-async def serve_appliance(overrides: Sequence[str], log_path: Path, ready_timeout_s: float) -> AsyncIterator[str]:
+async def serve_appliance(
+    overrides: Sequence[str], log_path: Path, ready_timeout_s: float, niceness: int = 0
+) -> AsyncIterator[str]:
     """`appliance serve` on free ports until the block ends, ready; yields the engine's base URL.
 
     Its control token is generated here and passed only through the child's environment.
+    `niceness` is added to the appliance's (so also its engine's) CPU niceness: a benchmark
+    client on the same host then runs first, as it would on a machine of its own.
     """
     engine_port, control_port = _free_port(), _free_port()
     token = secrets.token_urlsafe(24)
@@ -69,6 +74,7 @@ async def serve_appliance(overrides: Sequence[str], log_path: Path, ready_timeou
         proc = await asyncio.create_subprocess_exec(
             *argv, env=os.environ | {_TOKEN_ENV: token}, stdin=asyncio.subprocess.DEVNULL, stdout=sink,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            preexec_fn=functools.partial(os.nice, niceness) if niceness else None,
         )  # fmt: skip
     try:
         await _wait_ready(proc, f"http://127.0.0.1:{control_port}", token, log_path, ready_timeout_s)

@@ -134,18 +134,20 @@ def server_means(before: EngineSample, after: EngineSample) -> dict[str, float]:
 
 
 @asynccontextmanager
-async def server(url: str | None) -> AsyncIterator[str]:
-    if url:
-        yield url
+async def server(args: argparse.Namespace) -> AsyncIterator[str]:
+    """The --url server, or the CPU engine booted through `appliance serve` at --server-niceness."""
+    if args.url:
+        yield args.url
         return
     with tempfile.TemporaryDirectory() as tmp:
-        async with serve_appliance(["mesh=cpu", "engine=cpu"], Path(tmp) / "serve.log", 900.0) as served:
+        log = Path(tmp) / "serve.log"
+        async with serve_appliance(["mesh=cpu", "engine=cpu"], log, 900.0, niceness=args.server_niceness) as served:
             yield served
 
 
 async def main(args: argparse.Namespace) -> int:
     workload = workload_of(args)
-    async with server(args.url) as url, aiohttp.ClientSession(url) as http:
+    async with server(args) as url, aiohttp.ClientSession(url) as http:
         async with http.get("/v1/models") as reply:
             model = (await reply.json())["data"][0]
         args.model, tokenizer = model["id"], model["root"]
@@ -194,6 +196,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an OpenAI server to measure (default: boot the CPU engine)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--server-niceness", type=int, default=10, help="of the engine the bench boots (0: none)")
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=2, help="streams per tool")
     parser.add_argument("--input", type=int, default=256)

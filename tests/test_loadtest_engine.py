@@ -8,6 +8,7 @@ count and time bounds, against one served engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -21,7 +22,9 @@ import httpx
 import pytest
 
 from appliance.compose import compose_config
+from appliance.loadgen import RunWindow
 from appliance.loadreport import LoadReport, load_report
+from appliance.loadtest import LoadTarget, run_loadtest
 from appliance.workload import plan_requests
 
 from .appliance_process import ENGINE_TESTS
@@ -154,3 +157,17 @@ def test_a_run_stops_sending_at_its_duration(engine: str, tmp_path: Path) -> Non
     report = load_report(tmp_path / "report.json")
     assert 8 <= report.sent < 1000 and all(t.sent_s < 3.0 for t in report.traces)
     assert report.failed == 0 and time.monotonic() - started < 300
+
+
+async def test_a_ready_hook_holds_the_clock_until_it_returns(engine: str) -> None:
+    """How the accuracy bench starts the appliance's generator together with `vllm bench serve`."""
+    released: list[float] = []
+
+    async def ready() -> None:
+        await asyncio.sleep(1.0)
+        released.append(time.time())
+
+    workload = compose_config(["workload=chat"]).config.workload
+    report = await run_loadtest(workload, LoadTarget(engine, "held"), RunWindow(30.0, 4), ready=ready)
+    assert len(released) == 1 and report.run.started_at >= released[0]
+    assert report.sent == 4 and report.failed == 0
