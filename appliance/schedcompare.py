@@ -14,7 +14,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 
 import httpx
@@ -57,13 +57,13 @@ async def compare_schedulers(
 
 @contextlib.asynccontextmanager
 async def serve_appliance(
-    overrides: Sequence[str], log_path: Path, ready_timeout_s: float, niceness: int = 0
+    overrides: Sequence[str], log_path: Path, ready_timeout_s: float, cpus: Collection[int] | None = None
 ) -> AsyncIterator[str]:
     """`appliance serve` on free ports until the block ends, ready; yields the engine's base URL.
 
     Its control token is generated here and passed only through the child's environment.
-    `niceness` is added to the appliance's (so also its engine's) CPU niceness: a benchmark
-    client on the same host then runs first, as it would on a machine of its own.
+    `cpus` confines the appliance, and so its engine, to those cores: a benchmark client kept on
+    the others then measures it as from a machine of its own.
     """
     engine_port, control_port = _free_port(), _free_port()
     token = secrets.token_urlsafe(24)
@@ -74,7 +74,7 @@ async def serve_appliance(
         proc = await asyncio.create_subprocess_exec(
             *argv, env=os.environ | {_TOKEN_ENV: token}, stdin=asyncio.subprocess.DEVNULL, stdout=sink,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            preexec_fn=functools.partial(os.nice, niceness) if niceness else None,
+            preexec_fn=functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None,
         )  # fmt: skip
     try:
         await _wait_ready(proc, f"http://127.0.0.1:{control_port}", token, log_path, ready_timeout_s)

@@ -10,13 +10,16 @@ clocks start together. For each metric it prints both tools' medians over the ro
 of the per-round ratios, the figure judged against the 10 % target, and as a referee the server's
 own mean over the same rounds (vLLM's TTFT, ITL and end-to-end histograms, both tools' requests).
 
-Why at the same time: on this 2-core host the CPU engine saturates both cores, and for seconds at a
-time every process on the machine is starved, so the server delivers whole responses in one burst
-(TTFT equal to end-to-end latency, 3-4x slower steps). Two runs one after the other therefore
+Why at the same time: on a shared host the server drifts (on this 2-core VM, for seconds at a time
+every process is starved and whole responses arrive in one burst), so two runs one after the other
 measure two different servers (per-round ratios from 0.4 to 4.8 were seen); two runs side by side
-see the same one, so what differs is the measurement. Each tool's own client CPU is part of the load
-both see, which is why each drives only 2 streams by default: at 4 each the clients themselves fall
-behind the token stream on this host, vLLM's first (its ITL then reads ~15 % high). Failed requests
+see the same one, so what differs is the measurement.
+
+Why pinned: a load generator measures a server from a machine of its own. When the booted engine
+shares cores with the clients, the API server and the clients starve each other: the clients saw
+~200 ms of TTFT against the server's own 10 ms, and vLLM's client lagged the stream more than this
+one (ITL ratios of 0.73-0.81). So the engine the bench boots is confined to all cores but the last
+and the bench, with vLLM's client, to the last (--no-pin to share them all). Failed requests
 (vLLM's client keeps idle connections longer than uvicorn's 5 s keep-alive) are counted, not fatal;
 both tools' figures are over their successful requests.
 
@@ -29,6 +32,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -135,17 +139,29 @@ def server_means(before: EngineSample, after: EngineSample) -> dict[str, float]:
 
 @asynccontextmanager
 async def server(args: argparse.Namespace) -> AsyncIterator[str]:
-    """The --url server, or the CPU engine booted through `appliance serve` at --server-niceness."""
+    """The --url server, or the CPU engine booted through `appliance serve` on the server cores."""
     if args.url:
         yield args.url
         return
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "serve.log"
-        async with serve_appliance(["mesh=cpu", "engine=cpu"], log, 900.0, niceness=args.server_niceness) as served:
+        async with serve_appliance(["mesh=cpu", "engine=cpu"], log, 900.0, cpus=args.server_cpus) as served:
             yield served
 
 
+def pin(args: argparse.Namespace) -> None:
+    """Clients (this process and its children) on the last core, the booted engine on the rest."""
+    cores = sorted(os.sched_getaffinity(0))
+    args.server_cpus = None
+    if args.no_pin or args.url or len(cores) < 2:
+        return
+    args.server_cpus = set(cores[:-1])
+    os.sched_setaffinity(0, {cores[-1]})
+    print(f"engine on cores {sorted(args.server_cpus)}, both clients on core {cores[-1]}", flush=True)
+
+
 async def main(args: argparse.Namespace) -> int:
+    pin(args)
     workload = workload_of(args)
     async with server(args) as url, aiohttp.ClientSession(url) as http:
         async with http.get("/v1/models") as reply:
@@ -196,7 +212,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an OpenAI server to measure (default: boot the CPU engine)")
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--server-niceness", type=int, default=10, help="of the engine the bench boots (0: none)")
+    parser.add_argument("--no-pin", action="store_true", help="let the booted engine and the clients share all cores")
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=2, help="streams per tool")
     parser.add_argument("--input", type=int, default=256)
