@@ -138,32 +138,31 @@ def server_means(before: EngineSample, after: EngineSample) -> dict[str, float]:
 
 
 @asynccontextmanager
-async def server(args: argparse.Namespace) -> AsyncIterator[str]:
-    """The --url server, or the CPU engine booted through `appliance serve` on the server cores."""
+async def server(args: argparse.Namespace, cpus: set[int] | None) -> AsyncIterator[str]:
+    """The --url server, or the CPU engine booted through `appliance serve` on `cpus`."""
     if args.url:
         yield args.url
         return
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "serve.log"
-        async with serve_appliance(["mesh=cpu", "engine=cpu"], log, 900.0, cpus=args.server_cpus) as served:
+        async with serve_appliance(["mesh=cpu", "engine=cpu"], log, 900.0, cpus=cpus) as served:
             yield served
 
 
-def pin(args: argparse.Namespace) -> None:
-    """Clients (this process and its children) on the last core, the booted engine on the rest."""
+def pin(args: argparse.Namespace) -> set[int] | None:
+    """Clients (this process and its children) on the last core; returns the rest, for the engine."""
     cores = sorted(os.sched_getaffinity(0))
-    args.server_cpus = None
     if args.no_pin or args.url or len(cores) < 2:
-        return
-    args.server_cpus = set(cores[:-1])
+        return None
     os.sched_setaffinity(0, {cores[-1]})
-    print(f"engine on cores {sorted(args.server_cpus)}, both clients on core {cores[-1]}", flush=True)
+    print(f"engine on cores {cores[:-1]}, both clients on core {cores[-1]}", flush=True)
+    return set(cores[:-1])
 
 
 async def main(args: argparse.Namespace) -> int:
-    pin(args)
+    engine_cpus = pin(args)
     workload = workload_of(args)
-    async with server(args) as url, aiohttp.ClientSession(url) as http:
+    async with server(args, engine_cpus) as url, aiohttp.ClientSession(url) as http:
         async with http.get("/v1/models") as reply:
             model = (await reply.json())["data"][0]
         args.model, tokenizer = model["id"], model["root"]
