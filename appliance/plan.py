@@ -16,16 +16,16 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from appliance.compose import CONF_DIR
+from appliance.compat.validate import ValidatedConfig, is_local_path
+from appliance.config.schema import ControlConfig, EngineKind, SupervisorConfig
 from appliance.errors import Problem
-from appliance.schema import ControlConfig, EngineKind, SupervisorConfig
-from appliance.validate import ValidatedConfig, is_local_path
+from appliance.resources import default_engines_dir, engine_plugins_dir
 
 __all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "PHASED_MODULE", "LaunchPlan", "build_plan"]
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # Engine-side code (it imports vLLM), put on the engine's PYTHONPATH when a config needs it.
-ENGINE_PLUGINS = CONF_DIR.parent / "engine_plugins"
+ENGINE_PLUGINS = engine_plugins_dir()
 PHASED_MODULE = "appliance_phased.scheduler"
 _RPC_TIMEOUT_MS = {"single": "100000", "lanes": "900000"}  # plugin README: model load + trace capture
 
@@ -86,7 +86,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     """The launch plan for a validated config."""
     cfg = validated.config
     paths = cfg.paths
-    engines_dir = Path(paths.engines_dir) if paths.engines_dir else CONF_DIR.parent / ".engines"
+    engines_dir = Path(paths.engines_dir) if paths.engines_dir else default_engines_dir(paths.cache_dir)
     python = cfg.engine.python or str(engines_dir / validated.engine / "bin" / "python")
     generate = validated.checkpoint.generated
     model_path = str(Path(paths.cache_dir) / "models" / generate) if generate else _local_or_hub(cfg.model.checkpoint)

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from appliance.checks import HostCheckInput, host_checks
-from appliance.engine_env import inspect_engine, probe_ttnn
+from appliance.compat.matrix import load_matrix
+from appliance.compat.resolve import resolve_config
+from appliance.compat.validate import validate
+from appliance.engines.engine_env import inspect_engine, probe_ttnn
 from appliance.host import discover_host
-from appliance.isolation import scan_core
-from appliance.matrix import load_matrix
 from appliance.plan import build_plan
-from appliance.resolve import resolve_config
-from appliance.validate import validate
+from appliance.preflight.checks import HostCheckInput, host_checks
+from appliance.preflight.isolation import scan_core
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 5

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from appliance.compose import compose_config
-from appliance.loadgen import RunWindow
-from appliance.loadtest import LoadTarget, run_loadtest
+from appliance.config.compose import compose_config
+from appliance.loadtest.generator import RunWindow
+from appliance.loadtest.run import LoadTarget, run_loadtest
 
 _CHAT_OVERHEAD = 5  # template tokens the fake chat template adds
 

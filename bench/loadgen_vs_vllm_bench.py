@@ -42,16 +42,16 @@ from pathlib import Path
 
 import aiohttp
 
-from appliance.compose import compose_config
-from appliance.engine_metrics import EngineSample, parse_metrics
-from appliance.loadgen import RunWindow
-from appliance.loadreport import LoadReport
-from appliance.loadtest import LoadTarget, run_loadtest
-from appliance.metrics_window import E2E, ITL, TTFT
-from appliance.prompts import ServerTokenizer, build_prompts
-from appliance.schedcompare import serve_appliance
-from appliance.schema import WorkloadConfig
-from appliance.workload import plan_requests
+from appliance.config.compose import compose_config
+from appliance.config.schema import WorkloadConfig
+from appliance.loadtest.generator import RunWindow
+from appliance.loadtest.prompts import ServerTokenizer, build_prompts
+from appliance.loadtest.report import LoadReport
+from appliance.loadtest.run import LoadTarget, run_loadtest
+from appliance.loadtest.schedcompare import serve_appliance
+from appliance.loadtest.workload import plan_requests
+from appliance.observe.engine_metrics import EngineSample, parse_metrics
+from appliance.observe.metrics_window import E2E, ITL, TTFT
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_PYTHON = ROOT / ".engines" / "cpu" / "bin" / "python"

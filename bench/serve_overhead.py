@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 import httpx
 
-from appliance.compose import compose_config
-from appliance.matrix import load_matrix
+from appliance.compat.matrix import load_matrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.plan import LaunchPlan, build_plan
-from appliance.service import ensure_model
-from appliance.supervisor import engine_environment
-from appliance.validate import validate
+from appliance.runtime.supervisor import engine_environment
+from appliance.serve import ensure_model
 
 MODEL = "appliance/tiny-llama"
 

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance.fleet import Target
-from appliance.loadreport import load_report
+from appliance.loadtest.report import load_report
+from appliance.observe.fleet import Target
 from tests.appliance_process import start_appliance, stop_appliance
 from tui.client import ConsoleClient
 

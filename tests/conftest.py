@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.compose import ComposedConfig, compose_config
-from appliance.matrix import CompatibilityMatrix, load_matrix
+from appliance.compat.matrix import CompatibilityMatrix, load_matrix
+from appliance.config.compose import compose_config
+from appliance.config.schema import ComposedConfig
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
 
-from appliance.fleet import Target
+from appliance.observe.fleet import Target
 from tui.app import ConsoleApp, make_console
 from tui.client import ConsoleClient
 

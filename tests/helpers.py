@@ -10,12 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from appliance.compose import compose_config
-from appliance.lifecycle import EngineState
-from appliance.matrix import load_matrix
+from appliance.compat.matrix import load_matrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.plan import LaunchPlan, build_plan
-from appliance.supervisor import EngineSupervisor
-from appliance.validate import validate
+from appliance.runtime.lifecycle import EngineState
+from appliance.runtime.supervisor import EngineSupervisor
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance.api import create_app
-from appliance.engine_log import EngineLog
-from appliance.lifecycle import EngineState
-from appliance.supervisor import EngineSupervisor
+from appliance.control.api import create_app
+from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.lifecycle import EngineState
+from appliance.runtime.supervisor import EngineSupervisor
 
 from .helpers import fake_plan, wait_for
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from appliance.compose import compose_config
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
-from appliance.validate import validate
 
 from .test_validate import KEYS, MATRIX, VALUES
 

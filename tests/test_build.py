@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from appliance.build import MANIFEST_NAME, build_recipe
-from appliance.compose import compose_config
+from appliance.config.compose import compose_config
+from appliance.engines.build import MANIFEST_NAME, build_recipe
+from appliance.engines.pins import BUILD_DIR, load_pins
+from appliance.engines.upgrade import check_upgrade, load_compat
 from appliance.errors import ConfigError
-from appliance.pins import BUILD_DIR, load_pins
-from appliance.upgrade import check_upgrade, load_compat
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_ENGINE = ROOT / ".engines" / "cpu"

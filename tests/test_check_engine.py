@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from appliance.api_contract import CONTRACT_FILE
+from appliance.preflight.api_contract import CONTRACT_FILE
 
 from .appliance_process import ENGINE_TESTS, Served, running_appliance
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from appliance.checks import HostCheckInput, host_checks, params_from_name, require_host_ready
+from appliance.compat.matrix import load_matrix
+from appliance.compat.resolve import resolve_config
+from appliance.compat.validate import validate
 from appliance.errors import LaunchError
 from appliance.host import discover_host
-from appliance.matrix import load_matrix
 from appliance.plan import build_plan
-from appliance.resolve import resolve_config
-from appliance.validate import validate
+from appliance.preflight.checks import HostCheckInput, host_checks, params_from_name, require_host_ready
 
 from .helpers import free_port
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from appliance.api_contract import CONTRACT_FILE, contract_from_openapi, diff_contract, load_contract
-from appliance.engine_env import EngineEnv, inspect_engine
+from appliance.engines.engine_env import EngineEnv, inspect_engine
+from appliance.engines.pins import BUILD_DIR, load_pins
+from appliance.engines.releases import index_releases, lag, load_releases
 from appliance.errors import EngineError
-from appliance.isolation import scan_core
-from appliance.pilot import cadence_check, isolation_check, pinning_check
-from appliance.pins import BUILD_DIR, load_pins
-from appliance.releases import index_releases, lag, load_releases
-from appliance.workload_fit import scheduler_check
+from appliance.preflight.api_contract import CONTRACT_FILE, contract_from_openapi, diff_contract, load_contract
+from appliance.preflight.isolation import scan_core
+from appliance.preflight.pilot import cadence_check, isolation_check, pinning_check
+from appliance.preflight.workload_fit import scheduler_check
 
 from .helpers import free_port
 from .test_check_host import given

@@ -11,10 +11,10 @@ from pathlib import Path
 import filelock
 import pytest
 
-from appliance.checks import HostCheckInput
-from appliance.engine_env import probe_ttnn
+from appliance.engines.engine_env import probe_ttnn
 from appliance.host import discover_host
-from appliance.pilot import ttnn_check
+from appliance.preflight.checks import HostCheckInput
+from appliance.preflight.pilot import ttnn_check
 
 from .test_check_host import given
 from .test_host import HOSTS

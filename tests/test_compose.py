@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.compose import GROUPS, compose_config, group_options
+from appliance.config.compose import GROUPS, compose_config, group_options
 from appliance.errors import ConfigError
 
 

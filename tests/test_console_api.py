@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance.api import create_app
-from appliance.engine_log import EngineLog
-from appliance.engine_metrics import parse_metrics
+from appliance.control.api import create_app
 from appliance.errors import ConfigError
-from appliance.fleet import alerts, load_site_file, target
-from appliance.lifecycle import EngineState
-from appliance.metrics_window import summarize
-from appliance.supervisor import EngineSupervisor
+from appliance.observe.engine_metrics import parse_metrics
+from appliance.observe.fleet import alerts, load_site_file, target
+from appliance.observe.metrics_window import summarize
+from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.lifecycle import EngineState
+from appliance.runtime.supervisor import EngineSupervisor
 
 from .helpers import fake_plan, free_port, wait_for
 from .recorded_appliance import PAGES

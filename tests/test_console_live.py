@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from appliance.fleet import Target
+from appliance.observe.fleet import Target
 from tui.app import ConsoleApp, make_console
 from tui.client import ConsoleClient
 from tui.screens.logs import LogsScreen

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engine_metrics import Histogram, parse_metrics
-from appliance.metrics_window import MetricsWindow, quantile, summarize
-from appliance.scheduler_log import SchedulerLog
+from appliance.observe.engine_metrics import Histogram, parse_metrics
+from appliance.observe.metrics_window import MetricsWindow, quantile, summarize
+from appliance.observe.scheduler_log import SchedulerLog
 
 from .recorded_appliance import DATA, LOG_LINES, PAGES
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pydantic_core import to_jsonable_python
 from textual.widgets import DataTable, Input, Log
 
-from appliance.checks import check
-from appliance.fleet import Target
+from appliance.observe.fleet import Target
+from appliance.preflight.checks import check
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.logs import LogsScreen

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from appliance.fleet import Target
+from appliance.observe.fleet import Target
 from tui.app import ConsoleApp
 
 from .console_pilot import poll, recorded_console, until

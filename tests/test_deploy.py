@@ -12,12 +12,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from appliance.compose import GROUPS, compose_config
-from appliance.k8s import DEVICE_CLASS, POD_OVERRIDES, K8sManifests, render_k8s
-from appliance.matrix import CompatibilityMatrix
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.compat.validate import ValidatedConfig, validate
+from appliance.config.compose import GROUPS, compose_config
+from appliance.deploy.k8s import DEVICE_CLASS, POD_OVERRIDES, K8sManifests, render_k8s
+from appliance.deploy.systemd import render_systemd
 from appliance.plan import build_plan
-from appliance.systemd import render_systemd
-from appliance.validate import ValidatedConfig, validate
 
 # kubernetes-validate 1.37.0 ships the v1.37 schema, which has resource.k8s.io/v1 ResourceClaimTemplate.
 K8S_VERSION = "1.37.0"

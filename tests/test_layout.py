@@ -1,39 +1,118 @@
-"""The package layout the README documents, and explicit exports."""
+"""The package layout the README documents, explicit exports, and a plain (non-editable) install.
+
+Which package may import which is import-linter's job (`[tool.importlinter]` in pyproject.toml,
+run by `make lint`); these tests cover what it cannot see.
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import os
+import pkgutil
 import re
+import subprocess
+import sys
+import venv
 from pathlib import Path
 
 import pytest
 
+import appliance
+
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = sorted(p for p in (ROOT / "appliance").glob("*.py") if p.name != "__init__.py")
+PACKAGE = ROOT / "appliance"
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(appliance.__path__, "appliance.") if m.name != "appliance.cli.__main__"
+)
 
 
-def test_the_readme_module_table_lists_exactly_the_modules_that_exist() -> None:
-    table = set(re.findall(r"^\| `(appliance/\w+\.py)` \|", (ROOT / "README.md").read_text(), flags=re.M))
-    assert table == {f"appliance/{p.name}" for p in MODULES}
+def test_the_readme_package_table_lists_exactly_the_packages_and_root_modules() -> None:
+    table = set(re.findall(r"^\| `(appliance/[\w.]+/?)` \|", (ROOT / "README.md").read_text(), flags=re.M))
+    packages = {f"appliance/{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    modules = {f"appliance/{p.name}" for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    assert table == packages | modules
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
-def test_every_module_exports_exactly_its_public_api(path: Path) -> None:
-    module = importlib.import_module(f"appliance.{path.stem}")
+def test_the_package_root_keeps_only_a_handful_of_modules() -> None:
+    assert len(list(PACKAGE.glob("*.py"))) <= 8
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_exports_exactly_its_public_api(name: str) -> None:
+    module = importlib.import_module(name)
+    if not hasattr(module, "__all__"):
+        assert module.__file__ is not None and module.__file__.endswith("__init__.py"), f"{name} has no __all__"
+        return
     exported = set(module.__all__)
-    assert all(hasattr(module, name) for name in exported)
+    assert all(hasattr(module, n) for n in exported)
     defined = {
-        name
-        for name, obj in vars(module).items()
-        if not name.startswith("_")
+        n
+        for n, obj in vars(module).items()
+        if not n.startswith("_")
         and (inspect.isclass(obj) or inspect.isfunction(obj))
         and getattr(obj, "__module__", None) == module.__name__
     }
     assert defined <= exported, f"public but not in __all__: {defined - exported}"
 
 
-def test_the_appliance_never_imports_the_engine() -> None:
-    for path in MODULES:
-        source = path.read_text()
-        assert not re.search(r"^\s*(import|from)\s+(vllm|torch)\b", source, flags=re.M), path.name
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pip install .` (not editable) into a fresh venv; its dependencies come from this venv's site-packages.
+
+    Only the .pth's directory is added: this venv's editable finder is not installed there, so the
+    new venv imports the appliance from its own site-packages, as any user's install would.
+    """
+    target = tmp_path_factory.mktemp("plain-install") / "venv"
+    venv.create(target, with_pip=True)
+    site = next(target.glob("lib/python*/site-packages"))
+    here = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "hydra").is_dir())
+    (site / "appliance-deps.pth").write_text(here + "\n")
+    pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", "--no-build-isolation", str(ROOT)], check=True, capture_output=True)
+    return target
+
+
+def run_installed(venv_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return subprocess.run(
+        [str(venv_dir / "bin" / "appliance"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_plain_install_reads_its_data_from_the_package_not_the_checkout(installed: Path, tmp_path: Path) -> None:
+    where = subprocess.run(
+        [str(installed / "bin" / "python"), "-c", "import appliance.resources as r; print(r.conf_dir())"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert where.startswith(str(installed)) and where.endswith("appliance/_data/conf")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("validate",), ("plan", "+model=llama", "mesh=t3k"), ("matrix", "--json"), ("options",)],
+    ids=["validate", "plan", "matrix", "options"],
+)
+def test_a_plain_install_works_from_an_unrelated_directory(
+    installed: Path, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    done = run_installed(installed, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert str(ROOT) not in done.stdout
+    if args[0] == "matrix":
+        assert {row["family"] for row in json.loads(done.stdout)} >= {"llama", "qwen", "tiny"}
+    if args[0] == "plan":
+        assert "--additional-config" in done.stdout and "MESH_DEVICE=T3K" in done.stdout
+
+
+def test_every_command_a_message_names_exists() -> None:
+    from appliance.cli.main import _parser
+
+    commands = set(next(a for a in _parser()._actions if a.dest == "command" or a.choices).choices or ())
+    named = {
+        m
+        for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tui").rglob("*.py")]
+        for m in re.findall(r"`appliance ([a-z][a-z-]*)", path.read_text())
+    }
+    assert named and named <= commands, named - commands

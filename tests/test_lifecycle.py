@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.lifecycle import TRANSITIONS, EngineState, phase_from_log
+from appliance.runtime.lifecycle import TRANSITIONS, EngineState, phase_from_log
 
 DATA = Path(__file__).with_name("data")
 

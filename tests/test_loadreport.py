@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance.compose import compose_config
-from appliance.loadgen import RequestTrace
-from appliance.loadrender import metric_rows, render_markdown, write_reports
-from appliance.loadreport import LoadReport, RunFacts, load_report, report_json, summarize
+from appliance.config.compose import compose_config
+from appliance.loadtest.generator import RequestTrace
+from appliance.loadtest.render import metric_rows, render_markdown, write_reports
+from appliance.loadtest.report import LoadReport, RunFacts, load_report, report_json, summarize
 
 from .helpers import free_port
 

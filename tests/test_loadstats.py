@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from appliance.loadgen import RequestTrace
-from appliance.loadstats import (
+from appliance.loadtest.generator import RequestTrace
+from appliance.loadtest.stats import (
     detect_stalls,
     distribution,
     error_counts,

@@ -21,11 +21,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance.compose import compose_config
-from appliance.loadgen import RunWindow
-from appliance.loadreport import LoadReport, load_report
-from appliance.loadtest import LoadTarget, run_loadtest
-from appliance.workload import plan_requests
+from appliance.config.compose import compose_config
+from appliance.loadtest.generator import RunWindow
+from appliance.loadtest.report import LoadReport, load_report
+from appliance.loadtest.run import LoadTarget, run_loadtest
+from appliance.loadtest.workload import plan_requests
 
 from .appliance_process import ENGINE_TESTS
 from .helpers import free_port

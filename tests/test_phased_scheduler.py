@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from appliance.service import ensure_model
+from appliance.serve import ensure_model
 
 from .helpers import cpu_plan
 

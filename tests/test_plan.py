@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance.compose import compose_config
-from appliance.matrix import CompatibilityMatrix
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.plan import ENGINE_MODULE, LaunchPlan, build_plan
-from appliance.validate import validate
 
 
 def plan_for(matrix: CompatibilityMatrix, *overrides: str) -> LaunchPlan:

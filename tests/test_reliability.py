@@ -24,11 +24,11 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.engine_log import EngineLog
-from appliance.lifecycle import EngineState
 from appliance.plan import LaunchPlan
-from appliance.service import ensure_model
-from appliance.supervisor import EngineSupervisor
+from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.lifecycle import EngineState
+from appliance.runtime.supervisor import EngineSupervisor
+from appliance.serve import ensure_model
 
 from .appliance_process import ENGINE_TESTS, Served, running_appliance, start_appliance
 from .helpers import cpu_plan, free_port, group_gone, wait_for

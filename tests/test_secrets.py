@@ -53,7 +53,7 @@ def test_no_written_file_holds_a_secret_value(tmp_path: Path) -> None:
 
 
 def test_a_generated_control_token_file_is_0600(tmp_path: Path) -> None:
-    from appliance.service import control_token
+    from appliance.serve import control_token
 
     from .helpers import cpu_plan
 

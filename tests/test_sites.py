@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.deploy.sites import list_sites, plan_sites
 from appliance.host import discover_host
-from appliance.matrix import CompatibilityMatrix
-from appliance.sites import list_sites, plan_sites
 
 
 def appliance(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from appliance.engine_log import EngineLog
-from appliance.lifecycle import EngineState
-from appliance.supervisor import EngineSupervisor
+from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.lifecycle import EngineState
+from appliance.runtime.supervisor import EngineSupervisor
 
 from .helpers import fake_plan, group_gone, wait_for
 

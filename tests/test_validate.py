@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from appliance.compose import compose_config
+from appliance.compat.matrix import CompatibilityMatrix, load_matrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
-from appliance.matrix import CompatibilityMatrix, load_matrix
 from appliance.plan import build_plan
-from appliance.validate import validate
 
 
 def codes(matrix: CompatibilityMatrix, *overrides: str) -> set[str]:

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from appliance.compose import compose_config, group_options
+from appliance.config.compose import compose_config, group_options
+from appliance.config.schema import LengthDistribution, WorkloadConfig
 from appliance.errors import ConfigError
-from appliance.loadgen import JSON_SCHEMA, request_body
-from appliance.prompts import BuiltPrompt
-from appliance.schema import LengthDistribution, WorkloadConfig
-from appliance.workload import check_workload, draw_length, plan_requests
+from appliance.loadtest.generator import JSON_SCHEMA, request_body
+from appliance.loadtest.prompts import BuiltPrompt
+from appliance.loadtest.workload import check_workload, draw_length, plan_requests
 
 WORKLOADS = group_options("workload")
 

@@ -19,8 +19,9 @@ from textual.binding import Binding
 from textual.reactive import var
 from textual.screen import Screen
 
-from appliance.metrics_window import MetricsWindow
-from appliance.scheduler_log import SchedulerLog
+from appliance.observe.fleet import Target
+from appliance.observe.metrics_window import MetricsWindow
+from appliance.observe.scheduler_log import SchedulerLog
 from tui.client import Action, ApiError, ConsoleClient
 from tui.messages import LogLinesArrived, StatusPolled
 from tui.screens.base import ApplianceScreen
@@ -31,7 +32,7 @@ from tui.screens.fleet import FleetScreen
 from tui.screens.logs import LogsScreen
 from tui.view import ApplianceView, build_view
 
-__all__ = ["ConsoleApp", "make_console"]
+__all__ = ["ConsoleApp", "make_console", "run_console"]
 
 _LOG_KEEP = 5000
 _RECONNECT_S = 2.0
@@ -182,3 +183,8 @@ class ConsoleApp(App[None]):
 def make_console(client: ConsoleClient, *, read_only: bool = False, refresh_s: float = 1.0) -> ConsoleApp:
     """The console for the appliances `client` watches; refresh_s=0 polls only on ctrl+r."""
     return ConsoleApp(client, read_only=read_only, refresh_s=refresh_s)
+
+
+def run_console(targets: Sequence[Target], *, read_only: bool, refresh_s: float) -> None:
+    """Run the console in this terminal until the operator quits (the `appliance console` entry point)."""
+    make_console(ConsoleClient(targets), read_only=read_only, refresh_s=refresh_s).run()

@@ -15,10 +15,10 @@ from typing import Any, Literal
 import httpx
 from pydantic import ConfigDict, TypeAdapter
 
-from appliance.engine_metrics import EngineSample, parse_metrics
 from appliance.errors import ApplianceError
-from appliance.fleet import Target
-from appliance.metrics_window import FAMILIES
+from appliance.observe.engine_metrics import EngineSample, parse_metrics
+from appliance.observe.fleet import Target
+from appliance.observe.metrics_window import FAMILIES
 
 __all__ = ["Action", "ApiError", "ConsoleClient", "EventDoc", "PlanDoc", "Polled", "StateDoc"]
 

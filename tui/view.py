@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.fleet import alerts
-from appliance.metrics_window import LoadSummary, MetricsWindow
-from appliance.scheduler_log import SchedulerView
+from appliance.observe.fleet import alerts
+from appliance.observe.metrics_window import LoadSummary, MetricsWindow
+from appliance.observe.scheduler_log import SchedulerView
 from tui.client import Polled
 
 __all__ = ["ApplianceView", "build_view"]

@@ -11,7 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.reactive import var
 
-from appliance.metrics_window import E2E, ITL, TTFT, Percentiles
+from appliance.observe.metrics_window import E2E, ITL, TTFT, Percentiles
 from tui.view import ApplianceView
 from tui.widgets.format import IDLE, MISSING, gib, millis, number, percent
 from tui.widgets.quiet import QuietStatic

@@ -1,0 +1,7 @@
+"""`python -m appliance.cli`: the same entry point as the `appliance` console script."""
+
+import sys
+
+from appliance.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,34 @@
+"""What every `appliance` subcommand module shares: the output consoles and config loading."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.compat.resolve import resolve_config
+from appliance.compat.validate import ValidatedConfig, validate
+from appliance.errors import Problem
+from appliance.host import discover_host
+
+__all__ = ["Command", "err", "findings", "out", "validated_config"]
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+"""Registers a subcommand: (name, handler, help text) -> its parser, for the module to add arguments."""
+
+
+def findings(problems: Sequence[Problem]) -> dict[str, Any]:
+    items = [
+        {"code": p.code, "severity": p.severity, "key": p.key, "message": p.message, "fix": p.fix} for p in problems
+    ]
+    return {"ok": not any(p.severity == "error" for p in problems), "findings": items}
+
+
+def validated_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ValidatedConfig:
+    return validate(resolve_config(tuple(args.overrides), matrix, discover_host, site_dir=args.site_dir), matrix)

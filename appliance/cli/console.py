@@ -1,0 +1,47 @@
+"""console: the live operator console (Textual), for one appliance or a whole site.
+
+The console lives in `tui/`, above the package: it registers itself under the
+`appliance.console` entry point, so nothing in `appliance` imports Textual or `tui`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from appliance.cli.common import Command
+from appliance.cli.serve import control_token
+from appliance.errors import ConfigError, LaunchError, Problem
+from appliance.observe.fleet import Target, load_site_file, target
+
+__all__ = ["register"]
+
+
+def _cmd_console(args: argparse.Namespace) -> int:
+    entries = load_site_file(args.site_file) if args.site_file else ()
+    urls = args.url or ([] if entries else ["http://127.0.0.1:8100"])
+    token = control_token(args) if urls else ""
+    targets = [target(e) for e in entries] + [Target(u.split("//")[-1].rstrip("/"), u.rstrip("/"), token) for u in urls]
+    if len({t.name for t in targets}) != len(targets):
+        raise ConfigError((Problem("duplicate-appliance", "--url", "an appliance is listed twice", "List each once"),))
+    found = entry_points(group="appliance.console", name="textual")
+    if not found:
+        raise LaunchError("the operator console is not installed (entry point appliance.console:textual): reinstall")
+    run = next(iter(found)).load()
+    # The terminal belongs to the console while it runs: a log line on stderr would tear its screen.
+    logging.getLogger().handlers = [logging.NullHandler()]
+    run(targets, read_only=args.read_only, refresh_s=args.refresh)
+    return 0
+
+
+def register(command: Command) -> None:
+    """console."""
+    console = command("console", _cmd_console, "live operator console (Textual) for one appliance or a site")
+    console.add_argument("--url", action="append", help="control API URL; repeat for several appliances")
+    console.add_argument("--site-file", type=Path, help="YAML list of {name, url, token_env}")
+    console.add_argument("--read-only", action="store_true", help="disable drain and restart")
+    console.add_argument("--refresh", type=float, default=1.0, help="seconds between polls (default 1)")
+    console.add_argument("--token-env", default="APPLIANCE_TOKEN", help="env var with the token for --url")
+    console.add_argument("--token-file", help="token file that `serve` printed, for --url")

@@ -1,0 +1,146 @@
+"""`appliance` subcommands for engine environments and fleet deployment: build, manifest, render, sites."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from appliance.cli.common import Command, findings, out, validated_config
+from appliance.compat.matrix import load_matrix
+from appliance.host import discover_host
+from appliance.plan import build_plan
+
+__all__ = ["plan_all_sites", "register"]
+
+
+def plan_all_sites(args: argparse.Namespace) -> int:
+    from appliance.deploy.sites import plan_sites
+
+    sites = plan_sites(args.overrides, load_matrix(), discover_host, args.site_dir)
+    if args.json:
+        out.print_json(data=[{"site": s.name, "ok": s.ok, "plan": s.plan.to_json() if s.plan else None,
+                              **findings(s.problems)} for s in sites])  # fmt: skip
+    for site in [] if args.json else sites:
+        plan = site.plan
+        head = f"{plan.checkpoint} on {plan.mesh} ({plan.engine}), config {plan.config_hash}" if plan else "invalid"
+        out.print(f"site {site.name}: {head}", markup=False)
+        for line in [plan.command_line()] if plan else []:
+            out.print(f"  {line}", markup=False)
+        for problem in site.problems:
+            out.print(f"  {problem.render()}", markup=False)
+    return 0 if all(s.ok for s in sites) else 2
+
+
+def _cmd_sites(args: argparse.Namespace) -> int:
+    from appliance.deploy.sites import list_sites
+
+    sites = list_sites(args.site_dir)
+    if args.json:
+        out.print_json(data=to_jsonable_python(sites, fallback=dict))
+        return 0
+    for site in sites:
+        groups = " ".join(f"{g}={v}" for g, v in site.groups.items())
+        out.print(f"{site.name} ({site.file}) {groups}".rstrip(), markup=False)
+        for key, value in site.overrides.items():
+            out.print(f"  {key}={value}", markup=False)
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from appliance.config.compose import compose_config
+    from appliance.engines.build import build_recipe, run_build
+
+    if args.check_upgrade:
+        return _check_upgrade(args.check_upgrade)
+    recipe = build_recipe(compose_config(args.overrides, site_dir=args.site_dir))
+    if args.dry_run:
+        out.print(recipe.script(), markup=False, end="")
+        return 0
+    result = run_build(recipe, discover_host())
+    out.print(f"built engine={recipe.engine} in {result.seconds:.1f}s; manifest {recipe.manifest_path}", markup=False)
+    return _print_manifest(result.manifest, as_json=False)
+
+
+def _check_upgrade(spec: str) -> int:
+    from appliance.engines.upgrade import check_upgrade
+
+    report = check_upgrade(spec)
+    out.print(f"vllm {report.current} -> {report.target}: {report.verdict}", markup=False)
+    for finding in report.findings:
+        out.print(f"  {finding.render()}", markup=False)
+    return 2 if report.blocked else 0
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    from appliance.engines.manifest import read_manifest
+
+    plan = build_plan(validated_config(args, load_matrix()))
+    manifest = read_manifest(plan.engine, plan.python, plan.config_hash, discover_host(), os.environ | plan.env)
+    return _print_manifest(manifest, args.json)
+
+
+def _print_manifest(manifest: Any, as_json: bool) -> int:
+    """Exit 3 when the environment drifts from its pins: it cannot launch the pinned engine."""
+    if as_json:
+        out.print_json(data=manifest.to_json())
+        return 0 if manifest.ok else 3
+    out.print(f"engine {manifest.engine}: {manifest.interpreter} (Python {manifest.python}), "
+              f"{len(manifest.distributions)} distributions, config {manifest.config_hash}", markup=False)  # fmt: skip
+    for row in manifest.pins:
+        out.print(f"  {row.name}: pinned {row.pinned}, installed {row.installed or 'nothing'}", markup=False)
+    out.print("pins hold" if manifest.ok else f"drift ({len(manifest.drift)}):", markup=False)
+    for line in manifest.drift:
+        out.print(f"  {line}", markup=False)
+    out.print(f"host: {len(manifest.host.boards)} Tenstorrent board(s), kmd {manifest.host.kmd_version or 'none'}",
+              markup=False)  # fmt: skip
+    return 0 if manifest.ok else 3
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    if args.kind == "k8s":
+        from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
+
+        pod = argparse.Namespace(**{**vars(args), "overrides": [*POD_OVERRIDES, *args.overrides]})
+        manifests = render_k8s(validated_config(pod, load_matrix()), image=args.image, name=args.name)
+        if args.out is None:
+            out.print(manifests.yaml(), markup=False, end="")
+        for path in manifests.write(args.out) if args.out else ():
+            out.print(f"wrote {path}", markup=False)
+        return 0
+    from appliance.deploy.systemd import render_systemd
+
+    appliance = str(Path(sys.executable).with_name("appliance"))
+    unit = render_systemd(build_plan(validated_config(args, load_matrix())), args.overrides, appliance=appliance,
+                          site_dir=args.site_dir)  # fmt: skip
+    if args.out is None:
+        out.print(unit.text, markup=False, end="")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / unit.name).write_text(unit.text)
+    out.print(f"wrote {args.out / unit.name}; put the secrets in {unit.env_file} (mode 0600)", markup=False)
+    return 0
+
+
+def register(command: Command) -> None:
+    """build, manifest, render and sites: engine environments and fleet deployment."""
+    build = command("build", _cmd_build, "build an engine environment from its pins, then write its manifest")
+    build.add_argument("--dry-run", action="store_true", help="print every step without running it")
+    build.add_argument("--check-upgrade", metavar="vllm=X", help="what moving the tt engine's vLLM pin would break")
+    manifest = command("manifest", _cmd_manifest, "the engine environment: pins vs installed, config hash, host")
+    manifest.add_argument("--json", action="store_true")
+    render = command("render", _cmd_render, "deployment files for one config: k8s manifests or a systemd unit")
+    render.add_argument("kind", choices=("k8s", "systemd"))
+    render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
+    render.add_argument("--image", default="tt-appliance:latest", help="k8s: container image with the appliance")
+    render.add_argument("--name", help="k8s: resource name (default tt-appliance-<site>)")
+    for cmd in (build, manifest, render):
+        cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")
+        cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
+    sites = command("sites", _cmd_sites, "list sites with their effective overrides")
+    sites.add_argument("--site-dir", type=Path, default=None)
+    sites.add_argument("--json", action="store_true")

@@ -1,0 +1,82 @@
+"""Resolve `mesh=auto` and `engine=auto` into concrete options before validation.
+
+Only this step looks at the host. It re-composes with the chosen options, so the result is
+exactly what an operator would get by typing them, including each option's own settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.config.compose import compose_config, group_selections, mesh_catalog
+from appliance.config.schema import ComposedConfig
+from appliance.errors import ConfigError, Problem
+from appliance.host import HostFacts
+
+__all__ = ["mesh_for_host", "resolve_config"]
+
+
+def resolve_config(
+    overrides: Sequence[str],
+    matrix: CompatibilityMatrix,
+    host_facts: Callable[[], HostFacts],
+    *,
+    site_dir: Path | None = None,
+) -> ComposedConfig:
+    """Compose, then pin mesh=auto to the host's boards and engine=auto to the mesh.
+
+    `host_facts` is called only for mesh=auto, so every other config resolves offline.
+    """
+    # Choices first, from the group selections alone: value overrides may name keys that only the
+    # resolved options have (e.g. ~engine.env.VLLM_CPU_KVCACHE_SPACE needs engine=cpu).
+    selections = group_selections(overrides)
+    probe = compose_config(selections, site_dir=site_dir)
+    extra: list[str] = []
+    arch = probe.config.mesh.arch
+    if probe.choices.get("mesh") == "auto":
+        mesh = mesh_for_host(host_facts())
+        arch = mesh_catalog()[mesh].arch
+        extra.append(f"mesh={mesh}")
+    if probe.choices.get("engine") == "auto":
+        extra.append(f"engine={'cpu' if arch == 'cpu' else 'tt'}")
+    if not extra and len(selections) == len(overrides):
+        return probe
+    composed = compose_config([*overrides, *extra], site_dir=site_dir)
+    if "mesh=cpu" in extra:
+        _require_cpu_row(composed, matrix)
+    return composed
+
+
+def mesh_for_host(host: HostFacts) -> str:
+    """The mesh option whose board type and count match the host; cpu when there are no boards."""
+    if not host.boards:
+        return "cpu"
+    for name, mesh in mesh_catalog().items():
+        if mesh.board_name == host.board_type and mesh.boards == len(host.boards):
+            return name
+    kinds = ", ".join(sorted({b.card_type or "unknown" for b in host.boards}))
+    raise ConfigError(
+        (
+            Problem(
+                "mesh-auto-unmatched",
+                "mesh",
+                f"found {len(host.boards)} board(s) of type {kinds}; no mesh option matches",
+                "Choose the mesh explicitly, e.g. mesh=n300",
+            ),
+        )
+    )
+
+
+def _require_cpu_row(composed: ComposedConfig, matrix: CompatibilityMatrix) -> None:
+    found = matrix.find(composed.config.model.checkpoint)
+    if found is None or found[1].row("cpu") is None:
+        model = composed.config.model
+        raise ConfigError((Problem(
+            "no-tt-device", "mesh",
+            f"no Tenstorrent device found on this host (/dev/tenstorrent is empty), and +model={model.family} "
+            f"({model.checkpoint}) needs a TT mesh",
+            "Run `appliance serve` with no model for the embedded CPU default, or check the config offline "
+            f"with `appliance validate +model={model.family} mesh=<n150|n300|t3k|...>`",
+        ),))  # fmt: skip

@@ -1,0 +1,1 @@
+"""Stage 1, compose: the frozen config types, Hydra composition with provenance, `auto` resolution, sites."""

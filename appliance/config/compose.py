@@ -1,0 +1,255 @@
+"""Compose conf/ with Hydra's compose API and parse the result into an ApplianceConfig.
+
+This is the only module that touches Hydra or OmegaConf. Everything it returns is plain,
+frozen data, so the later stages never see a DictConfig and mistakes surface here together,
+each with its dotted key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import TypeAdapter, ValidationError
+
+from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
+from appliance.errors import ConfigError, Problem
+from appliance.resources import conf_dir
+
+__all__ = [
+    "CONF_DIR",
+    "GROUPS",
+    "compose_config",
+    "group_options",
+    "group_selections",
+    "mesh_catalog",
+]
+
+CONF_DIR = conf_dir()
+GROUPS = ("model", "mesh", "precision", "engine", "workload", "site")
+COMMAND_LINE = "command line"
+_ADAPTER: TypeAdapter[ApplianceConfig] = TypeAdapter(ApplianceConfig)
+_GROUP_ALIAS = re.compile(rf"^\+(?P<group>{'|'.join(GROUPS)})=")
+_GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
+_OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
+_OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env)\.[^=]+=)")
+
+
+def compose_config(
+    overrides: Sequence[str] = (),
+    *,
+    site_dir: Path | None = None,
+    host_file: Path | None = None,
+) -> ComposedConfig:
+    """Compose conf/ with `overrides` and parse it; raise ConfigError listing every problem."""
+    site_dir = site_dir or _env_path("APPLIANCE_SITE_DIR")
+    host_file = host_file or _env_path("APPLIANCE_HOST_FILE")
+    if site_dir is not None and not site_dir.is_dir():
+        raise ConfigError(
+            (
+                _problem(
+                    "site-dir-missing",
+                    "--site-dir",
+                    f"{site_dir} is not a directory",
+                    "Create it or point APPLIANCE_SITE_DIR/--site-dir at the fleet's site files",
+                ),
+            )
+        )
+    if host_file is not None and not host_file.is_file():
+        raise ConfigError(
+            (
+                _problem(
+                    "host-file-missing",
+                    "APPLIANCE_HOST_FILE",
+                    f"{host_file} does not exist",
+                    "Unset APPLIANCE_HOST_FILE or create the file",
+                ),
+            )
+        )
+    normalized = tuple(_OPEN_MAP.sub(r"++\g<key>", _GROUP_ALIAS.sub(r"\g<group>=", o)) for o in overrides)
+    bad_choices = [
+        _problem("bad-override", m["group"], f"{o!r}: a group takes one option name", f"Use {m['group']}=<option>")
+        for o in normalized
+        if (m := _GROUP_CHOICE.match(o)) and not _OPTION_NAME.fullmatch(m["value"])
+    ]
+    if bad_choices:
+        raise ConfigError(tuple(bad_choices))
+    with _extra_root(site_dir, host_file) as extra_root:
+        raw, choices = _compose(normalized, extra_root)
+        provenance = _provenance(choices, normalized, extra_root)
+    try:
+        config = _ADAPTER.validate_python(raw)
+    except ValidationError as err:
+        raise ConfigError(tuple(_schema_problem(e, choices) for e in err.errors())) from None
+    digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+    return ComposedConfig(
+        config=config,
+        choices=MappingProxyType(dict(choices)),
+        provenance=MappingProxyType(provenance),
+        overrides=tuple(overrides),
+        config_hash=digest[:12],
+    )
+
+
+def group_selections(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides that select config group options (`mesh=t3k`, `+model=llama`)."""
+    return tuple(o for o in overrides if _GROUP_CHOICE.match(_GROUP_ALIAS.sub(r"\g<group>=", o)))
+
+
+def group_options(group: str, site_dir: Path | None = None) -> tuple[str, ...]:
+    """Names of the options a config group offers (site options include --site-dir)."""
+    dirs = [CONF_DIR / group] + ([site_dir] if group == "site" and site_dir else [])
+    return tuple(sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")}))
+
+
+def mesh_catalog() -> dict[str, MeshConfig]:
+    """Every concrete mesh option, keyed by option name (for matching discovered boards)."""
+    adapter: TypeAdapter[MeshConfig] = TypeAdapter(MeshConfig)
+    meshes = {
+        name: adapter.validate_python(_load_yaml(CONF_DIR / "mesh" / f"{name}.yaml")) for name in group_options("mesh")
+    }
+    return {name: mesh for name, mesh in meshes.items() if mesh.arch != "auto"}
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else None
+
+
+@contextmanager
+def _extra_root(site_dir: Path | None, host_file: Path | None) -> Iterator[Path | None]:
+    """A throwaway Hydra search-path root linking the external site dir and host-local file.
+
+    Hydra finds group options only as `<root>/<group>/<name>.yaml`; links let a fleet keep its
+    site files in any directory without copying them.
+    """
+    if site_dir is None and host_file is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="appliance-conf-") as tmp:
+        root = Path(tmp)
+        if site_dir is not None:
+            (root / "site").symlink_to(site_dir.resolve(), target_is_directory=True)
+        if host_file is not None:
+            (root / "local").mkdir()
+            (root / "local" / "host.yaml").symlink_to(host_file.resolve())
+        yield root
+
+
+def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[str, Any], dict[str, str]]:
+    search = [f"hydra.searchpath=[file://{extra_root}]"] if extra_root else []
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[*search, *overrides], return_hydra_config=True)
+        choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+        with open_dict(cfg):
+            del cfg["hydra"]
+        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
+        # Hydra raises a bare ValueError for some malformed group overrides (e.g. `mesh=0`).
+        raise ConfigError((_hydra_problem(err),)) from None
+    assert isinstance(raw, dict)  # a composed root is always a mapping
+    return {str(k): v for k, v in raw.items()}, choices
+
+
+def _hydra_problem(err: Exception) -> Problem:
+    """Turn Hydra's multi-line exceptions into one line that names the key or file."""
+    text = " ".join(str(err).split()).split(" Config search path:")[0]
+    key = getattr(err, "full_key", "") or ""
+    missing = re.search(r"Could not (?:find|load) '(?:\w+/)?(?P<group>\w+)/", text)
+    if missing:
+        return _problem("unknown-option", missing["group"], text, "Run `appliance options` for the choices")
+    if "Error parsing override" in text or "mismatched input" in text or "no viable alternative" in text:
+        return _problem("bad-override", "overrides", text, "Write overrides as key=value or group=option")
+    if isinstance(err, yaml.YAMLError) or "while parsing" in text or "while scanning" in text:
+        return _problem("yaml-error", key or "config file", text, "Fix the YAML syntax in that file")
+    if "Key" in text and "not in struct" in text or "is not in struct mode" in text:
+        return _problem(
+            "unknown-key",
+            key or "overrides",
+            text,
+            "Check the spelling: `appliance plan --json` lists every key with its value",
+        )
+    return _problem(
+        "bad-config",
+        key or "overrides",
+        text,
+        "Run `appliance options` for the groups and `appliance plan --json` for every key",
+    )
+
+
+def _schema_problem(error: Any, choices: Mapping[str, str]) -> Problem:
+    key = ".".join(str(p) for p in error["loc"])
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        return _problem(
+            "unknown-key",
+            key,
+            f"`{key}` is not a config key",
+            "Check the spelling: `appliance plan --json` lists every key with its value",
+        )
+    if error["type"] == "missing":
+        return _problem("missing-key", key, f"`{key}` has no value", f"Set {key}=<value>")
+    return _problem("bad-type", key, f"{error['msg']} (got {error.get('input')!r})", f"Set {key} to a valid value")
+
+
+def _problem(code: str, key: str, message: str, fix: str) -> Problem:
+    return Problem(code=code, key=key, message=message, fix=fix)
+
+
+def _provenance(choices: Mapping[str, str], overrides: tuple[str, ...], extra_root: Path | None) -> dict[str, str]:
+    """Dotted key -> last layer that set it, in the defaults-list order of conf/config.yaml."""
+    roots = [CONF_DIR] + ([extra_root] if extra_root else [])
+    origin: dict[str, str] = {}
+    primary = _load_yaml(CONF_DIR / "config.yaml")
+    primary.pop("defaults", None)
+    _record(origin, primary, "", "conf/config.yaml")
+    for group in (*GROUPS, "local"):
+        option = choices.get(group)
+        path = next((r / group / f"{option}.yaml" for r in roots if (r / group / f"{option}.yaml").is_file()), None)
+        if option is None or path is None:
+            continue
+        data = _load_yaml(path)
+        data.pop("defaults", None)
+        prefix = "" if group in ("site", "local") else f"{group}."
+        _record(origin, data, prefix, _display(path.resolve()))
+    for override in overrides:
+        key, _, _ = override.lstrip("+~").partition("=")
+        if key and key not in GROUPS and not key.startswith("hydra."):
+            origin[key] = COMMAND_LINE
+            for known in [k for k in origin if k.startswith(key + ".")]:
+                origin[known] = COMMAND_LINE
+    return dict(sorted(origin.items()))
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text()) or {}
+    return data if isinstance(data, dict) else {}
+
+
+def _record(origin: dict[str, str], data: Mapping[str, Any], prefix: str, source: str) -> None:
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            _record(origin, value, f"{prefix}{key}.", source)
+        else:
+            origin[f"{prefix}{key}"] = source
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(CONF_DIR.parent))
+    except ValueError:
+        return str(path)

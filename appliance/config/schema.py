@@ -1,0 +1,291 @@
+"""Typed, immutable config: the shape every Hydra composition is parsed into.
+
+The attribute docstrings are the config reference (the README's Configuration tables follow them),
+so they say what a key means to an operator, not how the code uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ConfigDict
+
+__all__ = [
+    "ApplianceConfig",
+    "ComposedConfig",
+    "ControlConfig",
+    "EngineConfig",
+    "EngineKind",
+    "FeaturesConfig",
+    "LengthDistribution",
+    "MeshConfig",
+    "ModelConfig",
+    "PathsConfig",
+    "PrecisionConfig",
+    "ServingConfig",
+    "SiteConfig",
+    "Status",
+    "SupervisorConfig",
+    "WorkloadConfig",
+    "STATUS_ORDER",
+]
+
+Status = Literal["experimental", "functional", "complete", "top_perf"]
+STATUS_ORDER: tuple[Status, ...] = ("experimental", "functional", "complete", "top_perf")
+EngineKind = Literal["tt", "cpu"]
+
+_STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    __pydantic_config__ = _STRICT
+
+    family: str
+    """Model family: the name of a file in models/ (llama, qwen, mistral, gemma, ...)."""
+    checkpoint: str
+    """Hugging Face repo id or local directory; must be a checkpoint the family's matrix lists."""
+    served_name: str | None = None
+    """Name clients pass as `model`; defaults to the checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeshConfig:
+    __pydantic_config__ = _STRICT
+
+    name: str
+    """Hardware name as the Tenstorrent stack spells it (N150, T3K, P150x4, CPU, auto)."""
+    option: str
+    """The conf/mesh option this came from; the matrix is keyed by it."""
+    arch: Literal["wormhole", "blackhole", "cpu", "auto"]
+    """Chip architecture."""
+    chips: int
+    """Number of chips the mesh spans."""
+    boards: int
+    """Number of boards (PCIe cards or Galaxy trays) the mesh spans."""
+    board_name: str | None
+    """Board type as tt-smi and the Kubernetes DRA driver report it (n150, n300, p150, ...)."""
+    shape: tuple[int, int]
+    """Logical mesh grid (rows, columns)."""
+    mesh_device: str | None
+    """MESH_DEVICE value the plugin expects; None for the CPU mesh."""
+    devices: int | None = None
+    """Devices the driver enumerates for the mesh (Kubernetes DRA count): one per MMIO-anchored board,
+    so an n300 is one but a Galaxy is 32; None means one per board."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionConfig:
+    __pydantic_config__ = _STRICT
+
+    name: Literal["default", "performance", "accuracy"]
+    """Precision profile; must be validated for the checkpoint on this mesh."""
+    optimizations: Literal["performance", "accuracy"] | None
+    """The plugin's `tt.optimizations` value; None keeps the model's own default."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    # `engine.env.X=5` arrives as an int from the override parser; environment values are strings.
+    __pydantic_config__ = ConfigDict(extra="forbid", use_attribute_docstrings=True, coerce_numbers_to_str=True)
+
+    kind: Literal["tt", "cpu", "auto"]
+    """Engine: tt (vLLM + vllm-tt-plugin), cpu (vLLM on the CPU), auto (from the mesh)."""
+    python: str | None = None
+    """Engine interpreter; None uses the environment `appliance build` made under .engines/."""
+    extra_args: tuple[str, ...] = ()
+    """Raw vLLM flags appended to the command; validated like everything else."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the engine process (non-secret values only)."""
+    ready_timeout_s: float = 600.0
+    """Readiness budget: how long boot may take before the engine counts as failed."""
+    scheduler: Literal["default", "phased"] = "default"
+    """default: the platform's own scheduler; phased: every step prefill-only or decode-only, prefill first,
+    no chunked prefill (the Tenstorrent scheduling contract, emulated on the CPU engine)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingConfig:
+    __pydantic_config__ = _STRICT
+
+    host: str = "127.0.0.1"
+    """Address the engine's OpenAI API binds to."""
+    port: int = 8000
+    """Port of the engine's OpenAI API (clients talk to it directly)."""
+    max_context: int | None = None
+    """Longest request in tokens (vLLM --max-model-len); None uses the matrix row's maximum."""
+    max_concurrency: int | None = None
+    """Concurrent sequences (vLLM --max-num-seqs, whole system); None uses the row's maximum."""
+    data_parallel: int | None = None
+    """Data-parallel size; None uses the row's value."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the OpenAI API key clients must send."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesConfig:
+    __pydantic_config__ = _STRICT
+
+    prefix_caching: bool = False
+    """Automatic prefix caching; the model must declare it."""
+    async_decode: bool = False
+    """Async scheduling (decode overlap); the model must declare it."""
+    sample_on_device: Literal["all", "decode_only", "off"] | None = None
+    """On-device sampling mode; None takes the matrix row's value."""
+    strict: bool = True
+    """A requested capability the model does not declare is an error (false: a warning)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlConfig:
+    __pydantic_config__ = _STRICT
+
+    host: str = "127.0.0.1"
+    """Address of the appliance's control API (loopback unless you mean it)."""
+    port: int = 8100
+    """Port of the control API."""
+    token_env: str = "APPLIANCE_TOKEN"
+    """Environment variable holding the control API token; if unset a 0600 token file is made."""
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    __pydantic_config__ = _STRICT
+
+    health_interval_s: float = 2.0
+    """Seconds between /health probes once ready."""
+    hang_timeout_s: float = 30.0
+    """A ready engine whose /health fails this long is restarted."""
+    stop_grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping the engine's process group."""
+    shutdown_timeout_s: float = 60.0
+    """How long a drain waits for in-flight requests before stopping anyway."""
+    max_restarts: int = 5
+    """Crash restarts allowed before the appliance stays failed."""
+    backoff_initial_s: float = 1.0
+    """First restart delay; doubles per consecutive crash."""
+    backoff_max_s: float = 30.0
+    """Cap on the restart delay."""
+
+
+@dataclass(frozen=True, slots=True)
+class SiteConfig:
+    __pydantic_config__ = _STRICT
+
+    name: str = "default"
+    """Site name shown in plans, the console and the fleet inventory."""
+    min_status: Status = "experimental"
+    """Lowest matrix status tier this site accepts."""
+    hf_token_env: str = "HF_TOKEN"
+    """Environment variable holding the Hugging Face token (passed by name, never by value)."""
+    description: str = ""
+    """Free text for operators."""
+
+
+@dataclass(frozen=True, slots=True)
+class PathsConfig:
+    __pydantic_config__ = _STRICT
+
+    cache_dir: str
+    """Model, tensor and generated-checkpoint caches."""
+    state_dir: str
+    """Locks, tokens and boot records."""
+    log_dir: str
+    """Rotating engine logs."""
+    engines_dir: str | None = None
+    """Where `appliance build` puts engine environments; None: .engines beside conf/."""
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDistribution:
+    __pydantic_config__ = _STRICT
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    """Shape of the distribution of token counts."""
+    mean: int = 128
+    """Mean token count (the value itself for `fixed`)."""
+    std: float = 0.0
+    """Standard deviation for `normal`/`lognormal` (in tokens)."""
+    min: int = 1
+    """Lower clamp (and lower bound for `uniform`)."""
+    max: int = 4096
+    """Upper clamp (and upper bound for `uniform`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """A request mix: what the fleet expects in production, replayed by the load tester."""
+
+    __pydantic_config__ = _STRICT
+
+    name: str
+    """Workload name (the conf/workload option)."""
+    arrival: Literal["poisson", "concurrency"] = "concurrency"
+    """Open loop with Poisson arrivals at `rate_per_s`, or a closed loop of `concurrency` streams."""
+    rate_per_s: float = 1.0
+    """Mean arrival rate for `poisson`."""
+    concurrency: int = 4
+    """Concurrent streams for `concurrency`."""
+    prompt_tokens: LengthDistribution = field(default_factory=LengthDistribution)
+    """Prompt length in tokens (exact: prompts are built with the server's tokenizer)."""
+    output_tokens: LengthDistribution = field(default_factory=LengthDistribution)
+    """Generated tokens per request (max_tokens, with EOS ignored)."""
+    chat_share: float = 1.0
+    """Share of requests sent to /v1/chat/completions (the rest to /v1/completions)."""
+    stream: bool = True
+    """Stream responses (needed for TTFT and inter-token latency)."""
+    structured_output_share: float = 0.0
+    """Share of requests with a JSON-schema response format."""
+    logprobs_share: float = 0.0
+    """Share of requests asking for top logprobs."""
+    penalties_share: float = 0.0
+    """Share of requests with presence/frequency/repetition penalties."""
+    shared_prefix_share: float = 0.0
+    """Share of requests starting with a common prefix (prefix-cache friendly)."""
+    shared_prefix_tokens: int = 0
+    """Length of that common prefix."""
+    slo_ttft_ms: float = 2000.0
+    """Goodput SLO: time to first token."""
+    slo_itl_ms: float = 200.0
+    """Goodput SLO: mean inter-token latency of a request."""
+    seed: int = 0
+    """Seed for arrivals, lengths and feature draws (a workload replays identically)."""
+    max_requests: int = 200
+    """Upper bound on requests sent in one run (`loadtest --max-requests` overrides it)."""
+    duration_s: float = 60.0
+    """Window in which requests are sent (`loadtest --duration` overrides it); in-flight ones may finish."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApplianceConfig:
+    __pydantic_config__ = _STRICT
+
+    model: ModelConfig
+    mesh: MeshConfig
+    precision: PrecisionConfig
+    engine: EngineConfig
+    serving: ServingConfig
+    features: FeaturesConfig
+    control: ControlConfig
+    supervisor: SupervisorConfig
+    site: SiteConfig
+    paths: PathsConfig
+    workload: WorkloadConfig
+    tt: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keys for the plugin's --additional-config '{"tt": ...}'; each key is validated."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComposedConfig:
+    """A parsed config plus where each value came from."""
+
+    config: ApplianceConfig
+    choices: Mapping[str, str]
+    """Selected option per config group, e.g. {"model": "llama", "mesh": "t3k"}."""
+    provenance: Mapping[str, str]
+    """Dotted key -> the file (or "command line") that set its value last."""
+    overrides: tuple[str, ...]
+    config_hash: str
+    """Short sha256 of the resolved config; equal configs hash equally on every host."""

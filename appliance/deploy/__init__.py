@@ -1,0 +1,1 @@
+"""Side area: rendering a validated plan for Kubernetes and systemd."""

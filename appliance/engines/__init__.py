@@ -1,0 +1,1 @@
+"""Side area: engine environments — build recipes, pins, the probe run inside them, manifests, upgrades."""

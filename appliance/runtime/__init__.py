@@ -1,0 +1,1 @@
+"""Stage 4, supervise: the engine's lifecycle, its supervisor, its log, sd_notify."""

@@ -1,0 +1,182 @@
+"""Run one appliance: host checks, locks, the control token, the embedded model, then the
+supervisor and the control API in one event loop until a signal or stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+import uvicorn
+
+from appliance.control.api import create_app
+from appliance.errors import LaunchError
+from appliance.host import HostFacts, device_lock_name
+from appliance.plan import LaunchPlan
+from appliance.preflight.checks import CheckResult
+from appliance.resources import build_dir
+from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.notify import lifecycle_notifier
+from appliance.runtime.supervisor import EngineSupervisor
+
+__all__ = [
+    "RECIPES",
+    "ControlToken",
+    "bind_control_socket",
+    "control_token",
+    "ensure_model",
+    "host_locks",
+    "preflight",
+    "run_service",
+]
+
+log = logging.getLogger(__name__)
+RECIPES = {"tiny-llama": build_dir() / "cpu" / "make_tiny_model.py"}
+_EXIT_FOR_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@dataclass(frozen=True, slots=True)
+class ControlToken:
+    value: str
+    file: Path | None
+    """The 0600 file holding a generated token; None when it came from the environment."""
+
+
+def preflight(plan: LaunchPlan, host: HostFacts) -> None:
+    """Refuse, before anything is spawned, a plan this host cannot run."""
+    if plan.engine == "tt" and not host.boards:
+        raise LaunchError(
+            "engine=tt needs Tenstorrent devices, but /dev/tenstorrent has none on this host. "
+            "Serve the embedded CPU default with `appliance serve`, or run this config on a TT host."
+        )
+    if plan.generate is None and plan.model_path.startswith(("/", ".", "~")) and not Path(plan.model_path).is_dir():
+        # vLLM would take the path for a hub repo id and fail only after its imports.
+        raise LaunchError(f"model.checkpoint {plan.model_path} is not a directory on this host")
+    if not Path(plan.python).is_file():
+        hint = "run `make engine-cpu`" if plan.engine == "cpu" else "set engine.python to the tt-metal environment"
+        raise LaunchError(f"engine interpreter {plan.python} does not exist; {hint}")
+
+
+def ensure_model(plan: LaunchPlan) -> None:
+    """Build a locally generated checkpoint (the embedded tiny model), or repair a damaged one.
+
+    The recipe always runs: it hashes what is on disk against its `.complete` record, leaves an
+    intact checkpoint alone and rebuilds a truncated or edited one, which the engine would
+    otherwise reject only after its imports.
+    """
+    if plan.generate is None:
+        return
+    log.info("checking the %s checkpoint in %s", plan.generate, plan.model_path)
+    done = subprocess.run(
+        [plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise LaunchError(f"could not generate {plan.generate}: {done.stderr.strip().splitlines()[-1:]}")
+
+
+def control_token(plan: LaunchPlan, environ: dict[str, str] | None = None) -> ControlToken:
+    """The token from `control.token_env`, or a fresh one written to a 0600 file."""
+    env = os.environ if environ is None else environ
+    if env.get(plan.control.token_env):
+        return ControlToken(env[plan.control.token_env], None)
+    path = Path(plan.state_dir) / f"control-{plan.control.port}.token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    os.chmod(path, 0o600)  # O_CREAT's mode does not apply to a file that already existed
+    return ControlToken(value, path)
+
+
+@contextlib.contextmanager
+def host_locks(plan: LaunchPlan, host: HostFacts) -> Iterator[None]:
+    """Hold exclusive locks on both ports and, for tt, on the device set, or refuse to start."""
+    names = [f"port-{plan.port}", f"port-{plan.control.port}"]
+    if plan.engine == "tt":
+        names.append(device_lock_name(host.boards))
+    lock_dir = Path(plan.state_dir) / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            lock = filelock.FileLock(lock_dir / f"{name}.lock", timeout=0)
+            owner = lock_dir / f"{name}.owner"
+            try:
+                stack.enter_context(lock)
+            except filelock.Timeout:
+                holder = owner.read_text().strip() if owner.is_file() else "unknown"
+                raise LaunchError(
+                    f"{name} is already held by another appliance ({holder}); stop it first or change "
+                    "serving.port / control.port"
+                ) from None
+            owner.write_text(f"pid {os.getpid()}, site {plan.site}, {plan.checkpoint}\n")
+        yield
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the appliance's loop owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind_control_socket(plan: LaunchPlan) -> socket.socket:
+    """Bind the control port now, so a taken port is refused before the engine starts."""
+    family = socket.AF_INET6 if ":" in plan.control.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((plan.control.host, plan.control.port))
+    except OSError as err:
+        sock.close()
+        raise LaunchError(f"control.port {plan.control.port} on {plan.control.host}: {err.strerror}") from None
+    return sock
+
+
+async def run_service(plan: LaunchPlan, token: str, control: socket.socket, checks: Sequence[CheckResult] = ()) -> int:
+    """Supervise the engine and serve the control API until stopped; return the exit code."""
+    engine_log = EngineLog(Path(plan.log_dir))
+    sup = EngineSupervisor(plan, engine_log)
+    notifier = lifecycle_notifier(os.environ)
+    if notifier is not None:
+        sup.listeners.append(notifier.on_event)
+    config = uvicorn.Config(
+        create_app(sup, token, checks),
+        host=plan.control.host,
+        port=plan.control.port,
+        log_level="warning",
+        lifespan="off",
+    )
+    server = _EmbeddedServer(config)
+    received: list[signal.Signals] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if notifier is not None:
+            notifier.stopping()  # asyncio runs this in the loop, not in signal context
+        sup.request("stop")
+
+    for sig in _EXIT_FOR_SIGNAL:
+        loop.add_signal_handler(sig, on_signal, sig)
+    api = asyncio.create_task(server.serve(sockets=[control]))
+    try:
+        await sup.run()
+    finally:
+        for sig in _EXIT_FOR_SIGNAL:
+            loop.remove_signal_handler(sig)
+        server.should_exit = True
+        await api
+        engine_log.close()
+    return _EXIT_FOR_SIGNAL[received[0]] if received else 0
