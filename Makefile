@@ -34,16 +34,14 @@ $(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
 serve: setup engine-cpu
 	$(BIN)/appliance serve
 
-test: setup engine-cpu engine-ttnn
-	$(BIN)/ruff check appliance tui tests bench build engine_plugins
-	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins
-	$(BIN)/mypy
+test: lint engine-cpu engine-ttnn
 	$(BIN)/pytest
 
 lint: setup
 	$(BIN)/ruff check appliance tui tests bench build engine_plugins
 	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
