@@ -29,10 +29,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
-TICK = os.sysconf("SC_CLK_TCK")
 Popen = subprocess.Popen[bytes]
 
 
@@ -45,9 +45,9 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process (fields 14 and 15 of /proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """User + system CPU of one process."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 @contextlib.contextmanager

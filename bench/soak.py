@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from appliance.loadtest.report import load_report
 from appliance.observe.fleet import Target
 from tests.appliance_process import start_appliance, stop_appliance
@@ -25,14 +27,11 @@ from tui.client import ConsoleClient
 
 
 def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    return int(psutil.Process(pid).memory_info().rss // 1024)
 
 
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    return int(psutil.Process(pid).num_fds())
 
 
 async def watch(target: Target, seconds: float, pid: int) -> tuple[list[tuple[float, int, int]], int, int]:
