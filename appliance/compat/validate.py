@@ -21,6 +21,7 @@ from appliance.compat.contract import (
     cpu_kv_cache_bytes,
     flag_names,
 )
+from appliance.compat.exposure import check_exposure
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
 from appliance.config.schema import STATUS_ORDER, ApplianceConfig, ComposedConfig, EngineKind
 from appliance.errors import ConfigError, Problem, Severity
@@ -86,6 +87,7 @@ def validate(composed: ComposedConfig, matrix: CompatibilityMatrix) -> Validated
     found += _check_precision(cfg, entry)
     found += _check_kv_pool(_kv_pool(cfg, entry, engine, concurrency // max(dp, 1)), context)
     found += check_extra_args(cfg.engine.extra_args, engine)
+    found += check_exposure(cfg)
     if engine == "tt":
         found += check_tt_options(cfg.tt)
         found += check_tt_env(env)

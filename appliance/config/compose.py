@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import TypeAdapter, ValidationError
 
 from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
+from appliance.config.secrets import find_secrets, redact
 from appliance.errors import ConfigError, Problem
 from appliance.resources import conf_dir
 
@@ -46,7 +47,7 @@ _GROUP_ALIAS = re.compile(rf"^\+(?P<group>{'|'.join(GROUPS)})=")
 _GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
 _OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
-_OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env)\.[^=]+=)")
+_OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env|engine\.secret_env)\.[^=]+=)")
 
 
 def compose_config(
@@ -91,6 +92,8 @@ def compose_config(
     with _extra_root(site_dir, host_file) as extra_root:
         raw, choices = _compose(normalized, extra_root)
         provenance = _provenance(choices, normalized, extra_root)
+    if secrets := find_secrets(raw, provenance):
+        raise ConfigError(tuple(secrets))  # before parsing: a type error would echo the value
     try:
         config = _ADAPTER.validate_python(raw)
     except ValidationError as err:
@@ -168,7 +171,7 @@ def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[
 
 def _hydra_problem(err: Exception) -> Problem:
     """Turn Hydra's multi-line exceptions into one line that names the key or file."""
-    text = " ".join(str(err).split()).split(" Config search path:")[0]
+    text = redact(" ".join(str(err).split()).split(" Config search path:")[0])
     key = getattr(err, "full_key", "") or ""
     missing = re.search(r"Could not (?:find|load) '(?:\w+/)?(?P<group>\w+)/", text)
     if missing:

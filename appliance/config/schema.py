@@ -99,6 +99,8 @@ class EngineConfig:
     """Raw vLLM flags appended to the command; validated like everything else."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for the engine process (non-secret values only)."""
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    """Secret environment by name: engine variable -> the appliance's variable holding the value."""
     ready_timeout_s: float = 600.0
     """Readiness budget: how long boot may take before the engine counts as failed."""
     scheduler: Literal["default", "phased"] = "default"
