@@ -128,18 +128,34 @@ def recorded_sources(engine: RecordedEngine) -> Sources:
     return Sources(engine=httpx.MockTransport(engine), host=lambda: facts, usage=lambda _: usage, clock=engine.clock)
 
 
+@dataclass
+class RecordedApi:
+    app: Starlette
+    supervisor: RecordedSupervisor
+    engine: RecordedEngine
+
+
 @contextmanager
-def recorded_appliance(
+def recorded_api(
     token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
-) -> Iterator[Recorded]:
+) -> Iterator[RecordedApi]:
+    """The real create_app of the recorded appliance, not served (for httpx.ASGITransport)."""
     with tempfile.TemporaryDirectory(prefix="recorded-appliance-") as tmp:
         supervisor = RecordedSupervisor(Path(tmp))
         engine = RecordedEngine(pages)
         try:
-            with serving(create_app(supervisor, token, checks, recorded_sources(engine))) as url:
-                yield Recorded(token, url, supervisor, engine)
+            yield RecordedApi(create_app(supervisor, token, checks, recorded_sources(engine)), supervisor, engine)
         finally:
             supervisor.log.close()
+
+
+@contextmanager
+def recorded_appliance(
+    token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
+) -> Iterator[Recorded]:
+    """The recorded appliance served over real HTTP."""
+    with recorded_api(token, checks, pages) as api, serving(api.app) as url:
+        yield Recorded(token, url, api.supervisor, api.engine)
 
 
 @contextmanager

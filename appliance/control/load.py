@@ -68,8 +68,8 @@ class LoadTracker:
 
     def _read_log(self) -> None:
         log = self._sup.log
-        new = log.written if self._seen is None else log.written - self._seen
-        lines = log.tail(min(new, _LOG_BACKLOG) if self._seen is None else new)
+        new = log.written - (self._seen or 0)
+        lines = log.tail(min(new, _LOG_BACKLOG) if self._seen is None else new)  # the first read: a backlog
         self._seen = log.written
         for line in lines:
             self._scheduler.feed(line)
