@@ -20,10 +20,10 @@ from pathlib import Path
 
 import psutil
 
+from appliance.control.client import ControlClient, Target
 from appliance.loadtest.report import load_report
-from appliance.observe.fleet import Target
 from tests.appliance_process import start_appliance, stop_appliance
-from tui.client import ConsoleClient
+from tui.poll import poll
 
 
 def rss_kib(pid: int) -> int:
@@ -36,13 +36,13 @@ def open_fds(pid: int) -> int:
 
 async def watch(target: Target, seconds: float, pid: int) -> tuple[list[tuple[float, int, int]], int, int]:
     """Poll like the console (1 s, detail every 3rd) and run `appliance status` every 10 s."""
-    client = ConsoleClient([target])
+    client = ControlClient([target])
     samples: list[tuple[float, int, int]] = []
     polls = statuses = 0
     start = time.monotonic()
     try:
         while time.monotonic() - start < seconds:
-            await client.poll(target.name, detail=polls % 3 == 0)
+            await poll(client, target.name, detail=polls % 3 == 0)
             polls += 1
             if polls % 10 == 0:
                 env = os.environ | {"APPLIANCE_TOKEN": target.token}

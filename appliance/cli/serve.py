@@ -12,7 +12,7 @@ from pydantic_core import to_jsonable_python
 from appliance.cli import check
 from appliance.cli.common import Command, err, out, validated_config
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ConfigError, EngineError, Problem
+from appliance.errors import ApiError, ConfigError, Problem
 from appliance.host import discover_host
 from appliance.plan import LaunchPlan, build_plan
 
@@ -67,40 +67,33 @@ def control_token(args: argparse.Namespace) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    import httpx
+    from appliance.control.client import SyncControlClient, Target
+    from appliance.control.documents import dump
 
-    token = control_token(args)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        reply = httpx.get(f"{args.url}/state", headers=headers, timeout=5.0)
-    except httpx.HTTPError as error:
-        raise EngineError(f"cannot reach the control API at {args.url}: {error}") from None
-    if reply.status_code != 200:
-        raise EngineError(f"{args.url}/state answered {reply.status_code}: {reply.text.strip()}")
-    state = reply.json()
-    try:
-        metrics = httpx.get(f"{args.url}/engine/metrics", headers=headers, timeout=5.0)
-        load = _load_once(metrics.text) if metrics.status_code == 200 else None
-    except httpx.HTTPError:
-        load = None  # the state above is what status promises; load is shown when it can be read
+    with SyncControlClient(Target(args.url, args.url.rstrip("/"), control_token(args))) as api:
+        state = api.state()
+        try:
+            load = _load_once(api.engine_metrics())
+        except ApiError:
+            load = None  # the state above is what status promises; load is shown when it can be read
     if args.json:
-        out.print_json(data=state | {"load": to_jsonable_python(load)})
+        out.print_json(data=dump(state) | {"load": to_jsonable_python(load)})
     else:
-        uptime = f"{state['uptime_s']:.0f}s" if state["uptime_s"] is not None else "-"
+        uptime = f"{state.uptime_s:.0f}s" if state.uptime_s is not None else "-"
         out.print(
-            f"{state['state']}  {state['checkpoint']} on {state['mesh']} ({state['engine']})  site {state['site']}  "
-            f"pid {state['pid']}  up {uptime}  restarts {state['restarts']}  config {state['config_hash']}",
+            f"{state.state}  {state.checkpoint} on {state.mesh} ({state.engine})  site {state.site}  "
+            f"pid {state.pid}  up {uptime}  restarts {state.restarts}  config {state.config_hash}",
             markup=False,
         )
-        if state["last_error"]:
-            out.print(f"last error: {state['last_error']}", markup=False)
+        if state.last_error:
+            out.print(f"last error: {state.last_error}", markup=False)
         if load is not None:
-            out.print(_load_line(load, state.get("max_concurrency")), markup=False)
+            out.print(_load_line(load, state.max_concurrency), markup=False)
     return 0
 
 
 def _load_once(page: str) -> LoadSummary:
-    """Lifetime load from one scrape of the engine's metrics (rates need a second scrape: the console)."""
+    """Lifetime load from one scrape of the engine's metrics, as status reports it (GET /load has the window)."""
     from appliance.observe.engine_metrics import parse_metrics
     from appliance.observe.metrics_window import FAMILIES, summarize
 
