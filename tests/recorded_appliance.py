@@ -43,8 +43,8 @@ from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan, build_plan
 from appliance.preflight.checks import CheckResult
 from appliance.runtime.engine_log import EngineLog
-from appliance.runtime.lifecycle import EngineState
-from appliance.runtime.supervisor import Command, EngineEvent, Listener, SupervisorSnapshot
+from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.supervisor import Command, Listener, SupervisorSnapshot
 
 DATA = Path(__file__).parent / "data" / "console"
 PAGES = tuple((DATA / f"metrics-{i}.txt").read_text() for i in range(10))

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from appliance.runtime.boot_record import BootClock
+from appliance.runtime.lifecycle import EngineEvent
 from appliance.runtime.lifecycle import EngineState as S
-from appliance.runtime.supervisor import EngineEvent
 
 
 class Clock:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from appliance.runtime.engine_log import EngineLog
-from appliance.runtime.lifecycle import EngineState
-from appliance.runtime.supervisor import HISTORY, EngineEvent, EngineSupervisor, SupervisorSnapshot
+from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.supervisor import HISTORY, EngineSupervisor, SupervisorSnapshot
 
 from .helpers import fake_plan, wait_for
 

@@ -179,6 +179,14 @@ class SupervisorConfig:
     """First restart delay; doubles per consecutive crash."""
     backoff_max_s: Seconds = 30.0
     """Cap on the restart delay."""
+    deregister_s: Annotated[float, Ge(0)] = 0.0
+    """Seconds between readiness turning 503 (a drain, restart or stop begins) and the engine being told to
+    stop accepting: time for load balancers to take the appliance out of rotation."""
+    on_device_fault: Literal["fail", "reset_once"] = "fail"
+    """A device fault during boot fails at once; reset_once runs `reset_command` once and retries, then
+    stays failed (quarantined) if the fault comes back."""
+    reset_command: tuple[Name, ...] = ("tt-smi", "-r")
+    """The board reset `reset_once` runs (argv, no shell)."""
 
 
 @dataclass(frozen=True, slots=True)

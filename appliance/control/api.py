@@ -1,7 +1,7 @@
 """The control API: state, load, the appliance's own metrics, engine logs, drain and restart.
 
 Clients send inference to the engine's OpenAI port directly; this API only observes and acts.
-Every route but /livez needs the bearer token. JSON routes answer the documents of
+Every route but /livez and /readyz needs the bearer token. JSON routes answer the documents of
 `appliance.control.documents`, which `appliance.control.client` parses.
 """
 
@@ -22,10 +22,12 @@ from starlette.routing import Route
 
 from appliance.control.documents import (
     AcceptedDocument,
+    BootDocument,
     CheckDocument,
     ChecksDocument,
     DevicesDocument,
     EventDocument,
+    FaultDocument,
     HostDocument,
     PlanDocument,
     StateDocument,
@@ -39,8 +41,8 @@ from appliance.host import HostFacts
 from appliance.observe.host_usage import HostUsage, UsageSampler
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
-from appliance.runtime.lifecycle import EngineState
-from appliance.runtime.supervisor import Command, EngineEvent, SupervisorSnapshot
+from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.supervisor import Command, SupervisorSnapshot
 
 __all__ = ["checks_document", "create_app", "host_document", "state_document"]
 
@@ -74,6 +76,9 @@ def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocum
         config=dict(plan.resolved),
         plan=PlanDocument(plan.argv, dict(plan.env), dict(plan.secret_env)),
         events=tuple(_event(e) for e in snapshot.events[-_STATE_EVENTS:]),
+        fault=None if snapshot.fault is None else validate(FaultDocument, snapshot.fault),
+        quarantined=snapshot.quarantined,
+        boot=None if snapshot.boot is None else validate(BootDocument, snapshot.boot),
     )
 
 
@@ -157,6 +162,11 @@ def create_app(
     async def livez(_: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def readyz(_: Request) -> Response:
+        # For load balancers (no token): 503 the moment a drain, restart or stop begins.
+        state = sup.snapshot().state
+        return PlainTextResponse(state.value, status_code=200 if state is EngineState.READY else 503)
+
     async def state(_: Request) -> Response:
         return _json(state_document(sup.snapshot(), sup.plan))
 
@@ -208,6 +218,7 @@ def create_app(
     return Starlette(
         routes=[
             Route("/livez", livez),
+            Route("/readyz", readyz),
             Route("/state", guarded(state)),
             Route("/load", guarded(load_now)),
             Route("/metrics", guarded(prometheus)),

@@ -25,10 +25,12 @@ __all__ = [
     "TTFT",
     "AcceptedDocument",
     "BoardDocument",
+    "BootDocument",
     "CheckDocument",
     "ChecksDocument",
     "DevicesDocument",
     "EventDocument",
+    "FaultDocument",
     "HostDocument",
     "HugePagesDocument",
     "LatencyDocument",
@@ -76,6 +78,31 @@ class EventDocument:
 
 
 @dataclass(frozen=True, slots=True)
+class FaultDocument:
+    __pydantic_config__ = _WIRE
+
+    rule: str
+    cause: str
+    next_step: str
+    device: bool
+    line: str
+    """The engine's log line that matched."""
+
+
+@dataclass(frozen=True, slots=True)
+class BootDocument:
+    __pydantic_config__ = _WIRE
+
+    phase: str
+    elapsed_s: float
+    expected_s: float | None
+    """Median boot time of this config on this host; None before the first recorded boot."""
+    eta_s: float | None
+    slow: bool
+    """Far slower than the record (the boot-slow alert)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StateDocument:
     """GET /state: the lifecycle, the identity of the config, and the plan without secrets."""
 
@@ -104,6 +131,12 @@ class StateDocument:
     plan: PlanDocument = field(default_factory=lambda: PlanDocument((), {}, {}))
     events: tuple[EventDocument, ...] = ()
     """The latest lifecycle changes, oldest first."""
+    fault: FaultDocument | None = None
+    """The fault-ladder match that ended the last boot, with the operator's next step."""
+    quarantined: bool = False
+    """Failed again after the one board reset `on_device_fault: reset_once` allows: the host needs hands."""
+    boot: BootDocument | None = None
+    """The boot under way, against this config's record on this host."""
 
 
 @dataclass(frozen=True, slots=True)

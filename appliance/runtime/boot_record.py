@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.runtime.lifecycle import EngineState
-from appliance.runtime.supervisor import EngineEvent
+from appliance.runtime.lifecycle import EngineEvent, EngineState
 
 __all__ = ["KEEP", "SLOW_FACTOR", "BootClock", "BootProgress"]
 

@@ -8,7 +8,9 @@ seconds into a boot that may otherwise take an hour.
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -17,8 +19,12 @@ from pydantic import ConfigDict, TypeAdapter
 
 from appliance.data_files import load_data_file
 from appliance.resources import build_dir
+from appliance.runtime.engine_log import EngineLog
 
-__all__ = ["Fault", "FaultLadder", "FaultRule", "load_fault_ladder"]
+RESET_TIMEOUT_S = 600.0
+"""A board reset that takes longer than this has failed (tt-smi -r can hang on some hosts)."""
+
+__all__ = ["RESET_TIMEOUT_S", "Fault", "FaultLadder", "FaultRule", "load_fault_ladder", "run_reset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +87,22 @@ def load_fault_ladder(path: Path | None = None) -> FaultLadder:
     """The ladder in `path` (default build/engine-faults.yaml); a bad file is a ConfigError naming it."""
     data = load_data_file(path or build_dir() / "engine-faults.yaml", _ADAPTER, "fault-ladder", "fault ladder")
     return FaultLadder(data.rules)
+
+
+async def run_reset(argv: Sequence[str], log: EngineLog) -> str | None:
+    """Run the board reset, its output into the engine log; None when it succeeded, else why not."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+    except OSError as err:
+        return f"reset command {argv[0]!r} could not run: {err.strerror}"
+    try:
+        output, _ = await asyncio.wait_for(proc.communicate(), RESET_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return f"reset command {' '.join(argv)} did not finish within {RESET_TIMEOUT_S:.0f}s"
+    for line in output.decode(errors="replace").splitlines():
+        log.write(f"[reset] {line}")
+    return None if proc.returncode == 0 else f"reset command {' '.join(argv)} exited with code {proc.returncode}"

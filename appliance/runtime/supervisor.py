@@ -12,20 +12,24 @@ import logging
 import os
 import re
 import signal
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import httpx
 
 from appliance.plan import LaunchPlan
+from appliance.runtime.boot_record import BootClock, BootProgress
 from appliance.runtime.engine_log import EngineLog
-from appliance.runtime.lifecycle import TRANSITIONS, EngineState, phase_from_log
+from appliance.runtime.faults import Fault, FaultLadder, load_fault_ladder, run_reset
+from appliance.runtime.lifecycle import TRANSITIONS, EngineEvent, EngineState, phase_from_log
 from appliance.runtime.spawn import SpawnFn, engine_environment, spawn_engine
 
-__all__ = ["HISTORY", "Command", "EngineEvent", "EngineSupervisor", "Listener", "SupervisorSnapshot"]
+__all__ = ["HISTORY", "Command", "EngineSupervisor", "Listener", "SupervisorSnapshot"]
 
 log = logging.getLogger(__name__)
 Command = Literal["drain", "restart", "stop"]
@@ -39,15 +43,6 @@ _EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .*")
 _WRAPPER_NOISE = re.compile(r"EngineDeadError|EngineCore encountered an issue|Engine core initialization failed")
 HISTORY = 200
 """Lifecycle events a supervisor keeps (the oldest go first): a crash loop must not grow memory."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineEvent:
-    at: float
-    """Wall-clock time (epoch seconds)."""
-    previous: EngineState
-    state: EngineState
-    reason: str
 
 
 Listener = Callable[[EngineEvent], None]
@@ -67,6 +62,12 @@ class SupervisorSnapshot:
     last_error: str | None
     events: tuple[EngineEvent, ...]
     """The most recent lifecycle changes, oldest first (at most the supervisor's `history`)."""
+    fault: Fault | None = None
+    """The fault-ladder match that ended the last boot, with its next step."""
+    quarantined: bool = False
+    """The device fault came back after the one reset `on_device_fault: reset_once` allows: hands needed."""
+    boot: BootProgress | None = None
+    """The boot under way against this config's record on this host."""
 
 
 class EngineSupervisor:
@@ -84,6 +85,7 @@ class EngineSupervisor:
         clock: Callable[[], float] = time.monotonic,
         environ: Mapping[str, str] | None = None,
         history: int = HISTORY,
+        faults: FaultLadder | None = None,
     ) -> None:
         self.plan = plan
         self.log = engine_log
@@ -100,6 +102,12 @@ class EngineSupervisor:
         self._commands: asyncio.Queue[Command] = asyncio.Queue()
         self._pending: asyncio.Task[Command] | None = None
         self._crashes = 0
+        self._faults = faults or load_fault_ladder()
+        self._fault: Fault | None = None
+        self._faulted = asyncio.Event()
+        self._resets = 0
+        self._boot = BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
+        self._listeners.append(self._boot.on_event)
 
     def request(self, command: Command) -> None:
         """Ask the run loop to drain, restart or stop; safe to call from signal handlers."""
@@ -108,7 +116,11 @@ class EngineSupervisor:
     def snapshot(self) -> SupervisorSnapshot:
         """The lifecycle as it is now, frozen."""
         uptime = None if self._ready_since is None else self._clock() - self._ready_since
-        return SupervisorSnapshot(self._state, self._pid, uptime, self._restarts, self._last_error, tuple(self._events))
+        quarantined = self._resets > 0 and self._state is _S.FAILED
+        return SupervisorSnapshot(
+            self._state, self._pid, uptime, self._restarts, self._last_error, tuple(self._events),
+            self._fault, quarantined, self._boot.progress(),
+        )  # fmt: skip
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call `listener` with every lifecycle change from now on; returns the unsubscribe call."""
@@ -142,13 +154,18 @@ class EngineSupervisor:
 
     async def _attempt(self) -> str:
         self._change(_S.STARTING, "spawning the engine")
+        self._fault = None
+        self._faulted.clear()
         proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir)
         self._pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
         exited = asyncio.create_task(proc.wait())
         outcome = await self._watch(exited)
         if outcome in ("drain", "restart", "stop"):
+            was_ready = self._state is _S.READY
             self._change(_S.DRAINING, f"{outcome} requested")
+            if was_ready:  # readiness is 503 from now: let balancers notice before the engine stops accepting
+                await asyncio.wait({exited}, timeout=self.plan.supervisor.deregister_s)
             await self._stop(proc, graceful=True)
         elif outcome != "exited":
             await self._stop(proc, graceful=False)
@@ -168,6 +185,8 @@ class EngineSupervisor:
             self._change(_S.STOPPED, "drained for restart")
             self._crashes = 0
             return "start"
+        if self._fault is not None and ready_for is None:
+            return await self._on_fault(self._fault)
         tail = self._cause()
         if outcome == "boot-timeout":
             return self._fail(f"not ready within {self.plan.ready_timeout_s:.0f}s; {tail}")
@@ -191,9 +210,23 @@ class EngineSupervisor:
             return "exit"
         return "start"
 
+    async def _on_fault(self, fault: Fault) -> str:
+        """A fault-ladder line ended the boot: reset once if so configured, else fail with the next step."""
+        sup = self.plan.supervisor
+        if fault.device and sup.on_device_fault == "reset_once" and self._resets == 0:
+            self._resets += 1
+            self._change(_S.RESTARTING, f"{fault.cause}; resetting the boards once: {' '.join(sup.reset_command)}")
+            error = await run_reset(sup.reset_command, self.log)
+            return "start" if error is None else self._fail(f"{error}; the boot had failed with {fault.render()}")
+        prefix = "quarantined (the fault came back after a reset): " if self._resets and fault.device else ""
+        return self._fail(prefix + fault.render())
+
     def _cause(self) -> str:
         """The engine's own words for what went wrong: its last exception line, else its last lines."""
         recent = self.log.tail(_CAUSE_SCAN)
+        fault = next((f for line in reversed(recent) if (f := self._faults.classify(line))), None)
+        if fault is not None:
+            return f"cause: {fault.render()}"
         errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _WRAPPER_NOISE.search(line)]
         if errors:
             return f"cause: {errors[-1].strip()}"
@@ -214,7 +247,7 @@ class EngineSupervisor:
             if command == "restart":
                 if self._state is _S.FAILED:
                     self._change(_S.RESTARTING, "operator restart")
-                self._crashes = 0
+                self._crashes = self._resets = 0  # an operator's restart also lifts a quarantine
                 return "start"
 
     async def _next_command(self, timeout: float | None = None) -> Command | None:
@@ -235,9 +268,15 @@ class EngineSupervisor:
             interval = sup.health_interval_s if self._state is _S.READY else 1.0
             if self._pending is None:
                 self._pending = asyncio.create_task(self._commands.get())
-            done, _ = await asyncio.wait({exited, self._pending}, timeout=interval, return_when="FIRST_COMPLETED")
+            faulted = asyncio.ensure_future(self._faulted.wait())
+            done, _ = await asyncio.wait(
+                {exited, self._pending, faulted}, timeout=interval, return_when="FIRST_COMPLETED"
+            )
+            faulted.cancel()
             if exited in done:
                 return "exited"
+            if faulted in done:
+                return "device-fault"
             if self._pending in done:
                 command, self._pending = self._pending.result(), None
                 return command
@@ -273,6 +312,9 @@ class EngineSupervisor:
         async for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             self.log.write(line)
+            if self._state in _BOOT_ORDER and self._fault is None and (fault := self._faults.classify(line)):
+                self._fault = fault  # ends the boot at once instead of waiting out the readiness budget
+                self._faulted.set()
             phase = phase_from_log(line)
             if (
                 phase is not None
