@@ -20,6 +20,7 @@ from appliance.observe.alerts import alerts
 from appliance.observe.engine_metrics import parse_metrics
 from appliance.observe.metrics_window import FAMILIES, LoadSummary, MetricsWindow
 from appliance.observe.scheduler_log import SchedulerLog
+from appliance.runtime.supervisor import SupervisorSnapshot
 
 __all__ = ["LoadTracker"]
 
@@ -43,10 +44,11 @@ class LoadTracker:
         async with self._lock:  # one scrape at a time keeps the window's samples in time order
             summary, error = await self._scrape()
             self._read_log()
-        plan = self._sup.plan
+        plan, snap = self._sup.plan, self._sup.snapshot()
         slo = plan.resolved.get("workload.slo_ttft_ms")
-        found = alerts(
-            self._sup.snapshot().state.value, summary, plan.max_concurrency, None if slo is None else float(slo)
+        found = (
+            *_lifecycle_alerts(snap),
+            *alerts(snap.state.value, summary, plan.max_concurrency, None if slo is None else float(slo)),
         )
         return LoadDocument(
             summary=None if summary is None else validate(SummaryDocument, summary),
@@ -73,3 +75,15 @@ class LoadTracker:
         self._seen = log.written
         for line in lines:
             self._scheduler.feed(line)
+
+
+def _lifecycle_alerts(snap: SupervisorSnapshot) -> tuple[str, ...]:
+    """What the lifecycle says needs an operator: a quarantine, the fault that ended a boot, a slow boot."""
+    found = []
+    if snap.quarantined:
+        found.append("quarantined: needs hands")
+    if snap.fault is not None:
+        found.append(f"fault: {snap.fault.rule}")
+    if snap.boot is not None and snap.boot.slow:
+        found.append(f"boot slow: {snap.boot.elapsed_s:.0f}s, record {snap.boot.expected_s:.0f}s")
+    return tuple(found)
