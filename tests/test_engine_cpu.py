@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from appliance.control.documents import dump
+
 from .appliance_process import ENGINE_TESTS, Served, running_appliance, serve_command
 from .helpers import group_gone
 
@@ -63,8 +65,8 @@ def test_the_control_api_needs_the_token(served: Served) -> None:
 def test_state_logs_and_metrics_describe_the_running_engine(served: Served) -> None:
     state = served.state()
     assert state.checkpoint == MODEL and state.engine == "cpu" and state.pid
-    assert [e["to"] for e in state["events"]][:4] == ["starting", "loading", "warming", "ready"]
-    assert served.token not in json.dumps(state)
+    assert [e.to for e in state.events][:4] == ["starting", "loading", "warming", "ready"]
+    assert served.token not in json.dumps(dump(state))
     logs = served.control("GET", "/logs?tail=500").text
     assert "Application startup complete." in logs
     metrics = served.control("GET", "/metrics").text

@@ -60,8 +60,8 @@ class EngineMetrics:
     def __init__(self, base_url: str, transport: httpx.AsyncBaseTransport | None) -> None:
         self._url = f"{base_url}/metrics"
         self._transport = transport
-        # Built once: a client building its own TLS context costs ~50 ms of CPU per request.
-        self._tls = ssl.create_default_context()
+        # Built once, and only for real HTTP: a client building its own costs ~50 ms of CPU per request.
+        self._tls: ssl.SSLContext | bool = ssl.create_default_context() if transport is None else True
 
     async def fetch(self) -> httpx.Response:
         """The engine's answer, whatever its status; httpx.HTTPError when it cannot be reached."""
