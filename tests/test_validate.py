@@ -162,6 +162,8 @@ def test_every_validated_row_yields_a_plan(
     validated = validate(compose_config([f"model={family}", f"model.checkpoint={checkpoint}", f"mesh={mesh}"]), matrix)
     plan = build_plan(validated)
     assert plan.checkpoint == checkpoint and plan.mesh == mesh
+    # Every flag and VLLM_* variable the appliance emits is one the pinned vLLM or plugin reads.
+    assert not {w.code for w in plan.warnings} & {"flag-not-read", "env-not-read"}
 
 
 KEYS = st.sampled_from([

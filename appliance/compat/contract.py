@@ -200,7 +200,9 @@ def split_additional_config(args: tuple[str, ...], state: PluginState | None) ->
             skip = False
             continue
         name, eq, inline = token.partition("=")
-        normal = name.replace("_", "-") if name.startswith("--") else name
+        # vLLM turns underscores into dashes only up to the first dot: the nested keys keep theirs.
+        head, dot, rest = name.partition(".")
+        normal = (head.replace("_", "-") if name.startswith("--") else head) + dot + rest
         if normal != _ADDITIONAL and not normal.startswith(_ADDITIONAL + "."):
             kept.append(token)
             continue
