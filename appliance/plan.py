@@ -100,8 +100,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     base_url = f"http://{probe_host}:{cfg.serving.port}"
     own_args, env = _engine_args(validated, model_path, served), _engine_env(validated)
     state = validated.state
-    reads = () if state is None else tuple(
-        check_plan_reads((a for a in own_args if a.startswith("-")), env, state))  # fmt: skip
+    reads = () if state is None else tuple(check_plan_reads((a for a in own_args if a.startswith("-")), env, state))
     return LaunchPlan(
         engine=validated.engine,
         python=python,

@@ -109,6 +109,7 @@ def test_the_tt_dry_run_prints_the_pinned_plugin_recipe() -> None:
     assert "VLLM_TARGET_DEVICE=empty uv pip install --python" in script
     assert f"--no-deps --no-binary vllm vllm=={pins.vllm.version}" in script
     assert f"vllm-tt-plugin@{pins.plugin.commit}" in script
+    assert "--no-deps --index-url https://download.pytorch.org/whl/cpu torchvision==0.26.0" in script
     assert script.index("--override") < script.index("VLLM_TARGET_DEVICE") < script.index("vllm-tt-plugin @")
 
 

@@ -134,35 +134,21 @@ def _capability(
     cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState, states: PluginStates,
     feature: str,
 ) -> Iterator[Problem]:  # fmt: skip
+    gated = _state_gate(cfg, arch, caps, state, states, feature)
+    if gated is not None:
+        yield from gated
+        return
     key, where, cls = _FEATURE_KEYS[feature], f"features.{feature}", caps.target or arch.tt_class
-    if feature == "chunked_prefill" and state.chunked_prefill.gate == "model_type":
-        if arch.model_type not in state.chunked_prefill.model_types:
-            yield Problem("capability-not-declared", where, f"chunked prefill for model_type {arch.model_type} is "
-                          f"{unsupported_at(states, state, 'chunked_prefill:')}", "Set features.chunked_prefill=null",
-                          rule="chunked_prefill.model_type")  # fmt: skip
-        return
-    if feature == "speculative" and state.speculative is None:
-        yield Problem("unsupported-feature", where, f"speculative decoding is "
-                      f"{unsupported_at(states, state, f'speculative:{cfg.features.speculative}')} "
-                      f"({state.features['speculative'].refusal if 'speculative' in state.features else 'refused'})",
-                      "Set features.speculative=off", rule="feature.speculative")  # fmt: skip
-        return
-    if feature == "chunked_prefill" and caps.block_output:
-        yield Problem("capability-not-declared", where, f"{cls} is a block-output model, which cannot resume a split "
-                      "prompt: the plugin switches chunked prefill off", "Set features.chunked_prefill=null",
-                      rule="chunked_prefill.capability")  # fmt: skip
-        return
-    rule = state.capability_keys.get(key)
+    rule, fact, rule_id = state.capability_keys.get(key), caps.facts[key], f"capability.{key}"
     if rule is None:
         return
-    fact = caps.facts[key]
-    rule_id = f"capability.{key}"
+    commit = caps.tt_metal or "(the row names no commit)"
     if fact.value is None:
         yield Problem(
             "capability-unverified",
             where,
             f"no record says whether {cls} declares {key} at tt-metal "
-            f"{_commit(arch, caps)} ({fact.source}); the plugin decides at boot: {rule.refusal}",
+            f"{commit} ({fact.source}); the plugin decides at boot: {rule.refusal}",
             f"Record the class's model_capabilities in models/ or set {where} off",
             "warning",
             rule_id,
@@ -175,12 +161,32 @@ def _capability(
                       severity, rule_id)  # fmt: skip
     elif not fact.verified:
         yield Problem("capability-unverified", where, f"{cls} declares {key} per {fact.source}, not verified at "
-                      f"tt-metal {_commit(arch, caps)}", "Verify the class at that commit and record it in models/",
-                      "warning", rule_id)  # fmt: skip
+                      f"tt-metal {commit}", "Verify the class at that commit and record it in models/", "warning",
+                      rule_id)  # fmt: skip
 
 
-def _commit(arch: Architecture, caps: Capabilities) -> str:
-    return caps.tt_metal or "(the row names no commit)"
+def _state_gate(
+    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState, states: PluginStates,
+    feature: str,
+) -> list[Problem] | None:  # fmt: skip
+    """Features the state decides itself, before any capability: None when the capability decides."""
+    where = f"features.{feature}"
+    if feature == "chunked_prefill" and state.chunked_prefill.gate == "model_type":
+        if arch.model_type in state.chunked_prefill.model_types:
+            return []
+        return [Problem("capability-not-declared", where, f"chunked prefill for model_type {arch.model_type} is "
+                        f"{unsupported_at(states, state, 'chunked_prefill:')}", "Set features.chunked_prefill=null",
+                        rule="chunked_prefill.model_type")]  # fmt: skip
+    if feature == "speculative" and state.speculative is None:
+        refusal = state.features["speculative"].refusal if "speculative" in state.features else "refused"
+        support = unsupported_at(states, state, f"speculative:{cfg.features.speculative}")
+        return [Problem("unsupported-feature", where, f"speculative decoding is {support} ({refusal})",
+                        "Set features.speculative=off", rule="feature.speculative")]  # fmt: skip
+    if feature == "chunked_prefill" and caps.block_output:
+        return [Problem("capability-not-declared", where, f"{caps.target} is a block-output model, which cannot "
+                        "resume a split prompt: the plugin switches chunked prefill off",
+                        "Set features.chunked_prefill=null", rule="chunked_prefill.capability")]  # fmt: skip
+    return None
 
 
 def _speculative(

@@ -104,51 +104,38 @@ def check_kv_pool(pool: KvPool | None, context: int, per_rank_seqs: int, dp: int
     """One request must fit the pool; all of them at full context should, or the nearest settings are named."""
     if pool is None:
         return
-    need = -(-context // pool.block) * pool.block
-    fits_each = pool.tokens // max(per_rank_seqs, 1) // pool.block * pool.block
-    users = pool.tokens // max(need, 1) * dp
-    nearest = (f"max_context ≤ {fits_each} fits {per_rank_seqs * dp} users on {mesh}, or max_concurrency ≤ "
-               f"{max(users, 1)} at max_context {context}")  # fmt: skip
-    fix = f"Use {nearest}"
-    found: list[Problem] = []
-    if need > pool.tokens:
-        found.append(
-            Problem(
-                "kv-pool-too-small",
-                "serving.max_context",
-                f"{context} tokens need more KV blocks than the pool of {pool.tokens} tokens holds; the "
-                "engine would fail only after loading the model",
-                f"Use serving.max_context ≤ {pool.tokens} or give the engine more KV cache memory",
-            )
-        )
-    elif pool.tokens < 2 * context:
-        found.append(
-            Problem(
-                "context-near-pool",
-                "serving.max_context",
-                f"the KV pool ({pool.tokens} tokens) holds about one request of this length; concurrency ≈ 1",
-                fix,
-                "warning",
-            )
-        )
-    elif need * per_rank_seqs > pool.tokens:
-        found.append(
-            Problem(
-                "kv-oversubscribed",
-                "serving.max_concurrency",
-                f"{per_rank_seqs} sequences x {context} tokens per rank exceed the KV pool of {pool.tokens} "
-                "tokens; requests queue or are preempted at full context",
-                fix,
-                "warning",
-            )
-        )
+    found = _pool_findings(pool, context, per_rank_seqs, dp, mesh)
     if pool.sourced:
         yield from found
     elif found:
-        yield Problem(
-            "kv-capacity-unverified",
-            "serving.max_context",
-            f"the row records no KV capacity; with {pool.source}: {found[0].message}",
-            f"{found[0].fix}, or record the class's max_tokens_all_users as kv_pool_tokens in models/",
-            "warning",
-        )
+        yield Problem("kv-capacity-unverified", "serving.max_context",
+                      f"the row records no KV capacity; with {pool.source}: {found[0].message}",
+                      f"{found[0].fix}, or record the class's max_tokens_all_users as kv_pool_tokens in models/",
+                      "warning")  # fmt: skip
+
+
+def _pool_findings(pool: KvPool, context: int, per_rank_seqs: int, dp: int, mesh: str) -> list[Problem]:
+    need = -(-context // pool.block) * pool.block
+    fits_each = pool.tokens // max(per_rank_seqs, 1) // pool.block * pool.block
+    users = max(pool.tokens // max(need, 1) * dp, 1)
+    fix = (f"Use max_context ≤ {fits_each} fits {per_rank_seqs * dp} users on {mesh}, or max_concurrency ≤ {users} "
+           f"at max_context {context}")  # fmt: skip
+    if need > pool.tokens:
+        return [
+            Problem(
+                "kv-pool-too-small",
+                "serving.max_context",
+                f"{context} tokens need more KV blocks than the pool of {pool.tokens} tokens holds; the engine "
+                "would fail only after loading the model",
+                f"Use serving.max_context ≤ {pool.tokens} or give the engine more KV cache memory",
+            )
+        ]
+    if pool.tokens < 2 * context:
+        return [Problem("context-near-pool", "serving.max_context",
+                        f"the KV pool ({pool.tokens} tokens) holds about one request of this length; concurrency ≈ 1",
+                        fix, "warning")]  # fmt: skip
+    if need * per_rank_seqs > pool.tokens:
+        return [Problem("kv-oversubscribed", "serving.max_concurrency",
+                        f"{per_rank_seqs} sequences x {context} tokens per rank exceed the KV pool of {pool.tokens} "
+                        "tokens; requests queue or are preempted at full context", fix, "warning")]  # fmt: skip
+    return []

@@ -106,12 +106,7 @@ def validate(
     found += check_kv_pool(kv_pool(cfg, entry.checkpoint, entry.row, engine, state, per_rank), context, per_rank,
                            max(dp, 1), cfg.mesh.option)  # fmt: skip
     found += check_extra_args(extra.args, engine, state)
-    if state is not None:
-        found += check_tt_options({**entry.row.tt, **cfg.tt, **extra.tt}, state, states)
-        found += check_tt_env(env, state, states)
-        found += check_env_reads(cfg.engine.env, state)
-    elif cfg.tt or extra.tt:
-        found.append(Problem("tt-options-on-cpu", "tt", "tt options apply only to engine=tt", "Remove the tt.* keys"))
+    found += _plugin_checks(cfg, {**entry.row.tt, **cfg.tt, **extra.tt}, env, state, states)
     errors = [p for p in found if p.severity == "error"]
     if errors:
         raise ConfigError(tuple(errors + [p for p in found if p.severity != "error"]))
@@ -122,6 +117,21 @@ def validate(
         lane_dp=lane, tt_options=MappingProxyType(tt), env=MappingProxyType(env), warnings=tuple(found),
         state=state, capabilities=caps, chunked_prefill=chunked, extra_args=extra.args,
     )  # fmt: skip
+
+
+def _plugin_checks(
+    cfg: ApplianceConfig, tt: Mapping[str, Any], env: Mapping[str, str], state: PluginState | None,
+    states: PluginStates,
+) -> list[Problem]:  # fmt: skip
+    """The `tt` keys, the plugin's environment and the VLLM_* variables under the state (or: none on CPU)."""
+    if state is None:
+        problem = Problem("tt-options-on-cpu", "tt", "tt options apply only to engine=tt", "Remove the tt.* keys")
+        return [problem] if tt else []
+    return [
+        *check_tt_options(tt, state, states),
+        *check_tt_env(env, state, states),
+        *check_env_reads(cfg.engine.env, state),
+    ]
 
 
 def _lane(state: PluginState, arch: Architecture, env: Mapping[str, str]) -> bool:

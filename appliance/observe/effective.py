@@ -111,6 +111,7 @@ _WARNINGS: tuple[tuple[re.Pattern[str], str, Any], ...] = (
         False,
     ),  # fmt: skip
     (re.compile(r"Chunked prefill is not supported for "), "chunked_prefill", False),
+    (re.compile(r"Chunked prefill enabled for "), "chunked_prefill", True),
     (re.compile(r"Chunked prefill enabled for .*max_num_batched_tokens=(\d+)"), "max_num_batched_tokens", int),
     (
         re.compile(r"max_num_batched_tokens=\d+ < max_model_len=(\d+) with chunked prefill disabled, bumping"),
