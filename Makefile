@@ -4,11 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 CPU_ENGINE := .engines/cpu
 TTNN_ENGINE := .engines/ttnn
+# The gateway's balancer (Debian's haproxy); the tests front two appliances with it.
+HAPROXY := /usr/sbin/haproxy
 # ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 
 
-.PHONY: serve test lint bench soak engine-cpu engine-ttnn setup
+.PHONY: serve test lint bench soak engine-cpu engine-ttnn setup haproxy
 
 setup: $(VENV)/.installed
 
@@ -31,10 +33,15 @@ $(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
 	$(TTNN_ENGINE)/bin/python -I -c "import ttnn" > /dev/null 2>&1
 	touch $@
 
+haproxy: $(HAPROXY)
+
+$(HAPROXY):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy > /dev/null
+
 serve: setup engine-cpu
 	$(BIN)/appliance serve
 
-test: lint engine-cpu engine-ttnn
+test: lint engine-cpu engine-ttnn haproxy
 	$(BIN)/pytest
 
 lint: setup

@@ -231,4 +231,4 @@ def _secret_env(v: ValidatedConfig) -> dict[str, str]:
     secrets = {"HF_TOKEN": cfg.site.hf_token_env}
     if cfg.serving.api_key_env:
         secrets["VLLM_API_KEY"] = cfg.serving.api_key_env
-    return secrets
+    return secrets | dict(cfg.engine.secret_env)

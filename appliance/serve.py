@@ -150,7 +150,7 @@ async def run_service(plan: LaunchPlan, token: str, control: socket.socket, chec
     sup = EngineSupervisor(plan, engine_log)
     notifier = lifecycle_notifier(os.environ)
     if notifier is not None:
-        sup.listeners.append(notifier.on_event)
+        sup.subscribe(notifier.on_event)
     config = uvicorn.Config(
         create_app(sup, token, checks),
         host=plan.control.host,

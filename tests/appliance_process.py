@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
+
+from appliance.control.client import ApiError, SyncControlClient, Target
+from appliance.control.documents import StateDocument
 
 from .helpers import free_port
 
@@ -39,28 +41,36 @@ class Served:
     cache: Path
     output: Path
 
+    def api(self, token: str | None = None) -> SyncControlClient:
+        """The control client, with the appliance's token or the one given."""
+        return SyncControlClient(Target("appliance", self.control_url, self.token if token is None else token),
+                                 timeout_s=30.0)  # fmt: skip
+
     def control(self, method: str, path: str, token: str | None = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
-        return httpx.request(method, f"{self.control_url}{path}", headers=headers, timeout=30.0)
+        """The raw answer, for tests of the API's status codes and pages."""
+        with self.api(token) as api:
+            return api.request(method, path)
 
-    def state(self) -> dict[str, Any]:
-        document: dict[str, Any] = self.control("GET", "/state").json()
-        return document
+    def state(self) -> StateDocument:
+        with self.api() as api:
+            return api.state()
 
-    def wait_for(self, *states: str, timeout: float = 300.0) -> dict[str, Any]:
+    def wait_for(self, *states: str, timeout: float = 300.0) -> StateDocument:
         deadline = time.monotonic() + timeout
-        state: dict[str, Any] = {"state": "unreachable"}
+        last = "unreachable"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"appliance exited {self.proc.returncode}:\n{self.output.read_text()[-3000:]}")
             try:
                 state = self.state()
-            except httpx.HTTPError:
-                state = {"state": "unreachable"}
-            if state["state"] in states:
-                return state
+            except ApiError:
+                last = "unreachable"
+            else:
+                if state.state in states:
+                    return state
+                last = state.state
             time.sleep(0.5)
-        raise AssertionError(f"never reached {states}; last state {state['state']}")
+        raise AssertionError(f"never reached {states}; last state {last}")
 
     def client(self, api_key: str = "unused") -> OpenAI:
         return OpenAI(base_url=f"{self.engine_url}/v1", api_key=api_key, max_retries=0, timeout=120.0)

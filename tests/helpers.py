@@ -55,9 +55,9 @@ def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **
 async def wait_for(sup: EngineSupervisor, *states: EngineState, timeout: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while sup.state not in states:
+    while (state := sup.snapshot().state) not in states:
         if loop.time() > deadline:
-            raise AssertionError(f"state stayed {sup.state.value}, wanted {[s.value for s in states]}")
+            raise AssertionError(f"state stayed {state.value}, wanted {[s.value for s in states]}")
         await asyncio.sleep(0.05)
 
 

@@ -16,9 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from appliance.observe.fleet import Target
+from appliance.control.client import ControlClient, Target
 from tui.app import ConsoleApp, make_console
-from tui.client import ConsoleClient
 from tui.screens.logs import LogsScreen
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import SchedulerPanel
@@ -39,7 +38,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 def console(live: Served) -> ConsoleApp:
-    return make_console(ConsoleClient([Target("live", live.control_url, live.token)]), refresh_s=0.5)
+    return make_console(ControlClient([Target("live", live.control_url, live.token)]), refresh_s=0.5)
 
 
 def generate(live: Served, requests: int) -> None:

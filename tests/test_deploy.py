@@ -79,8 +79,19 @@ def test_probes_are_sized_from_the_readiness_budget(matrix: CompatibilityMatrix)
     startup = container["startupProbe"]
     assert startup["httpGet"] == {"path": "/health", "port": "openai"}
     assert startup["periodSeconds"] * startup["failureThreshold"] >= config.config.engine.ready_timeout_s == 3600
-    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "openai"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "control"}
+
+
+def test_readiness_leads_the_drain_and_the_pod_drains_before_sigterm(matrix: CompatibilityMatrix) -> None:
+    config = validated(matrix, *CONFIGS["lab-t3k"])
+    pod = kinds(render_k8s(config, image="x"))["Deployment"]["spec"]["template"]["spec"]
+    container, sup = pod["containers"][0], config.config.supervisor
+    readiness = container["readinessProbe"]
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "control"} and readiness["failureThreshold"] == 1
+    assert readiness["periodSeconds"] * 2 <= sup.deregister_s == 5.0
+    drain = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert drain[:4] == ["appliance", "drain", "--url", "http://127.0.0.1:8100"] and "APPLIANCE_TOKEN" in drain
+    assert pod["terminationGracePeriodSeconds"] > sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s
 
 
 def test_secrets_are_referenced_by_name_and_never_carry_a_value(matrix: CompatibilityMatrix) -> None:

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from appliance.control.documents import dump
+
 from .appliance_process import ENGINE_TESTS, Served, running_appliance, serve_command
 from .helpers import group_gone
 
@@ -57,14 +59,14 @@ def test_the_control_api_needs_the_token(served: Served) -> None:
     for method, path in (("GET", "/state"), ("GET", "/metrics"), ("GET", "/logs"), ("POST", "/drain")):
         assert httpx.request(method, f"{served.control_url}{path}").status_code == 401
         assert served.control(method, path, token="wrong").status_code == 401
-    assert served.state()["state"] == "ready"
+    assert served.state().state == "ready"
 
 
 def test_state_logs_and_metrics_describe_the_running_engine(served: Served) -> None:
     state = served.state()
-    assert state["checkpoint"] == MODEL and state["engine"] == "cpu" and state["pid"]
-    assert [e["to"] for e in state["events"]][:4] == ["starting", "loading", "warming", "ready"]
-    assert served.token not in json.dumps(state)
+    assert state.checkpoint == MODEL and state.engine == "cpu" and state.pid
+    assert [e.to for e in state.events][:4] == ["starting", "loading", "warming", "ready"]
+    assert served.token not in json.dumps(dump(state))
     logs = served.control("GET", "/logs?tail=500").text
     assert "Application startup complete." in logs
     metrics = served.control("GET", "/metrics").text
@@ -89,7 +91,7 @@ def test_a_second_serve_on_the_same_ports_is_refused_and_the_first_keeps_serving
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 3
     assert "already held by another appliance" in done.stderr and "Traceback" not in done.stderr
-    assert served.state()["state"] == "ready"
+    assert served.state().state == "ready"
 
 
 def test_drain_lets_in_flight_requests_finish(served: Served) -> None:
@@ -118,16 +120,16 @@ def test_drain_lets_in_flight_requests_finish(served: Served) -> None:
 
 def test_kill_9_of_the_engine_restarts_it(served: Served) -> None:
     before = served.state()
-    os.kill(before["pid"], signal.SIGKILL)
+    os.kill(before.pid, signal.SIGKILL)
     served.wait_for("restarting", "starting", "loading", "warming", timeout=60)
     after = served.wait_for("ready")
-    assert after["restarts"] == before["restarts"] + 1
-    assert after["pid"] != before["pid"]
-    assert group_gone(before["pid"])
+    assert after.restarts == before.restarts + 1
+    assert after.pid != before.pid
+    assert group_gone(before.pid)
 
 
 def test_sigterm_drains_and_leaves_no_engine_process(served: Served) -> None:
-    pgid = served.state()["pid"]
+    pgid = served.state().pid
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(timeout=120) == 143
     assert group_gone(pgid)

@@ -100,7 +100,7 @@ def test_loadtest_refuses_bad_workload_values_before_sending(tmp_path: Path) -> 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens: the check must come first
     done = run_cli("loadtest", "workload=mixed", "workload.rate_per_s=-1", "--url", url, "--out", str(tmp_path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "error[workload-value] workload.rate_per_s: -1.0 is out of range" in done.stderr
+    assert "error[bad-value] workload.rate_per_s: -1 is out of range" in done.stderr
     done = run_cli("loadtest", "workload=nope", "--url", url)
     assert done.returncode == 2 and "workload" in done.stderr and "Traceback" not in done.stderr
 

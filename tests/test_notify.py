@@ -12,8 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+
+from appliance.control.client import SyncControlClient, Target
 
 from .helpers import free_port, group_gone
 
@@ -73,7 +74,8 @@ def test_serve_notifies_ready_every_state_and_stopping(notify_socket: socket.soc
         proc = subprocess.Popen(command, env=env, stdout=sink, stderr=sink)
     try:
         booted = receive(notify_socket, proc, 300, until="READY=1")
-        state = httpx.get(f"http://127.0.0.1:{control}/state", headers={"Authorization": f"Bearer {token}"}).json()
+        with SyncControlClient(Target("serve", f"http://127.0.0.1:{control}", token)) as api:
+            state = api.state()
         proc.send_signal(signal.SIGTERM)
         stopped = receive(notify_socket, proc, 120, until=None)
     finally:
@@ -81,8 +83,8 @@ def test_serve_notifies_ready_every_state_and_stopping(notify_socket: socket.soc
             proc.kill()
             proc.wait()
     assert states(booted) == ["starting", "loading", "warming", "ready"]
-    assert booted[-1].startswith("READY=1\nSTATUS=ready") and state["state"] == "ready"
+    assert booted[-1].startswith("READY=1\nSTATUS=ready") and state.state == "ready"
     assert proc.returncode == 143
     assert stopped[0] == "STOPPING=1\nSTATUS=stopping"
     assert states(stopped[1:]) == ["draining", "stopped"]
-    assert group_gone(state["pid"])
+    assert group_gone(state.pid)

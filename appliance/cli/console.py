@@ -13,8 +13,9 @@ from pathlib import Path
 
 from appliance.cli.common import Command
 from appliance.cli.serve import control_token
+from appliance.control.client import Target
+from appliance.control.site_file import load_site_file, target
 from appliance.errors import ConfigError, LaunchError, Problem
-from appliance.observe.fleet import Target, load_site_file, target
 
 __all__ = ["register"]
 

@@ -21,6 +21,7 @@ from appliance.compat.contract import (
     split_additional_config,
     unsupported_at,
 )
+from appliance.compat.exposure import check_exposure
 from appliance.compat.features import Capabilities, Request, check_features, class_capabilities, plugin_chunked_prefill
 from appliance.compat.limits import check_data_parallel, check_kv_pool, check_limits, kv_pool
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
@@ -106,6 +107,7 @@ def validate(
     found += check_kv_pool(kv_pool(cfg, entry.checkpoint, entry.row, engine, state, per_rank), context, per_rank,
                            max(dp, 1), cfg.mesh.option)  # fmt: skip
     found += check_extra_args(extra.args, engine, state)
+    found += check_exposure(cfg)
     found += _plugin_checks(cfg, {**entry.row.tt, **cfg.tt, **extra.tt}, env, state, states)
     errors = [p for p in found if p.severity == "error"]
     if errors:

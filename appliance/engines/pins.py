@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from pydantic import ConfigDict, TypeAdapter
 
 from appliance.data_files import load_data_file
@@ -69,7 +70,7 @@ class PinManifest:
             line = raw.split("#", 1)[0].strip()
             if "==" in line:
                 name, version = line.split("==", 1)
-                pins[name.strip().lower().replace("_", "-")] = version.strip()
+                pins[canonicalize_name(name.strip())] = version.strip()
         return pins
 
 
