@@ -26,6 +26,8 @@ class Problem:
     message: str
     fix: str = ""
     severity: Severity = "error"
+    rule: str = ""
+    """The plugin-state rule behind it (build/tt/plugin-states), when there is one."""
 
     def render(self) -> str:
         """The one-line form the CLI prints."""

@@ -109,6 +109,7 @@ def test_the_tt_dry_run_prints_the_pinned_plugin_recipe() -> None:
     assert "VLLM_TARGET_DEVICE=empty uv pip install --python" in script
     assert f"--no-deps --no-binary vllm vllm=={pins.vllm.version}" in script
     assert f"vllm-tt-plugin@{pins.plugin.commit}" in script
+    assert "--no-deps --index-url https://download.pytorch.org/whl/cpu torchvision==0.26.0" in script
     assert script.index("--override") < script.index("VLLM_TARGET_DEVICE") < script.index("vllm-tt-plugin @")
 
 
@@ -140,7 +141,8 @@ def test_the_tt_pin_is_a_plugin_state_the_compat_data_records() -> None:
     ("target", "verdict", "code", "exit_code"),
     [
         ("0.24.0", "retired", "compat-tag", 0),
-        ("0.26.0", "commit-unknown", "commit-unknown", 2),
+        ("0.25.1", "retired", "compat-tag", 0),
+        ("0.26.0", "current", "plugin-state", 0),
         ("0.28.0", "unsupported", "plugin-unsupported", 2),
     ],
 )
@@ -153,6 +155,43 @@ def test_check_upgrade_reports_what_moving_the_vllm_pin_takes(
     done = appliance("build", "--check-upgrade", f"vllm={target}")
     assert done.returncode == exit_code
     assert done.stdout.startswith(f"vllm {load_pins('tt').vllm.version} -> {target}: {verdict}")
+
+
+def test_a_state_known_to_exist_without_a_recorded_commit_blocks_the_move(tmp_path: Path) -> None:
+    (tmp_path / "tt").mkdir()
+    (tmp_path / "tt" / "pins.yaml").write_text((BUILD_DIR / "tt" / "pins.yaml").read_text())
+    compat = (BUILD_DIR / "tt" / "compat.yaml").read_text()
+    (tmp_path / "tt" / "compat.yaml").write_text(
+        compat.replace(
+            "tracking:",
+            '  - {vllm: "0.27.0", commit: null, compat_tag: null, status: supported, '
+            'since: "2026-09-01", note: "recorded without its commit"}\ntracking:',
+        )
+    )
+    report = check_upgrade("vllm=0.27.0", tmp_path)
+    assert report.verdict == "commit-unknown" and report.blocked
+    assert "commit-unknown" in {p.code for p in report.findings}
+
+
+def test_check_upgrade_lists_the_sites_whose_verdict_changes_and_why(tmp_path: Path) -> None:
+    """A site using a key the 0.26.0 state added is refused under 0.25.1, naming both states."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "interleave.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /mesh: t3k\nsite:\n  name: interleave\n"
+        "tt:\n  decode_interleave_prefill_steps: 4\n"
+    )
+    done = appliance("build", "--check-upgrade", "vllm=0.25.1", "+model=llama", "--site-dir", str(sites))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("  site interleave: valid, ") and "-> invalid, runnable with a change" in line
+               for line in lines)  # fmt: skip
+    assert any(
+        "+ error[unsupported-feature] tt.decode_interleave_prefill_steps: not supported by vllm-tt-plugin "
+        "at e3fc849 (vLLM 0.25.1); supported from 01078a0 (vLLM 0.26.0)" in line
+        for line in lines
+    )
+    assert not any(line.startswith("  site lab-t3k") for line in lines)  # nothing it uses changed
 
 
 def test_an_unsupported_upgrade_names_the_tracking_issue() -> None:

@@ -31,7 +31,9 @@ def test_validate_json_lists_findings_and_exits_2() -> None:
     report = json.loads(done.stdout)
     assert report["ok"] is False
     assert report["findings"][0]["code"] == "context-too-long"
-    assert set(report["findings"][0]) == {"code", "severity", "key", "message", "fix"}
+    assert set(report["findings"][0]) == {"code", "severity", "key", "message", "fix", "rule"}
+    assert report["fit"]["bucket"] == "runnable with a change"
+    assert "serving.max_context: Use ≤ 32768" in report["fit"]["reasons"][0]
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ def test_plan_all_sites_says_per_site_what_boots_and_what_does_not(tmp_path: Pat
     assert plans["lab-t3k"].plan.mesh == "t3k" and "--max-model-len 32768" in plans["lab-t3k"].plan.command_line()
     assert plans["rack7"].ok and plans["rack7"].plan is not None and plans["rack7"].plan.mesh == "n300"
     assert not plans["broken-rack"].ok
-    assert {p.code for p in plans["broken-rack"].problems} == {"context-too-long"}
+    assert {p.code for p in plans["broken-rack"].problems if p.severity == "error"} == {"context-too-long"}
     # default resolves mesh=auto from this host, which has no TT device for a Llama.
     assert {p.code for p in plans["default"].problems} == {"no-tt-device"}
 

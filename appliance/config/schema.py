@@ -145,6 +145,12 @@ class FeaturesConfig:
     """Async scheduling (decode overlap); the model must declare it."""
     sample_on_device: Literal["all", "decode_only", "off"] | None = None
     """On-device sampling mode; None takes the matrix row's value."""
+    chunked_prefill: bool | None = None
+    """Chunked prefill; None keeps the platform's default (TT: on only where the plugin state and model allow it)."""
+    speculative: Literal["off", "ngram"] = "off"
+    """Speculative decoding method (TT: only where the plugin state supports it, greedy verification)."""
+    speculative_tokens: Count = 4
+    """Draft tokens per step (vLLM num_speculative_tokens) when speculative is on."""
     strict: bool = True
     """A requested capability the model does not declare is an error (false: a warning)."""
 

@@ -70,7 +70,7 @@ def _core(env: EngineEnv, pins: PinManifest) -> Iterator[str]:
     for name, wanted in (("torch", pins.torch), ("ttnn", pins.ttnn)):
         if wanted is not None and env.version(name) != wanted:
             yield f"{name}: pinned {wanted}, installed {env.version(name)}"
-    specs = dict(pins.overrides) | ({"numpy": pins.numpy} if pins.numpy else {})
+    specs = dict(pins.overrides) | dict(pins.extras) | ({"numpy": pins.numpy} if pins.numpy else {})
     for name, spec in specs.items():
         yield from _specifier(env, name, spec)
     for name in pins.removed:

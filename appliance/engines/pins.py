@@ -58,6 +58,8 @@ class PinManifest:
     removed: tuple[str, ...] = ()
     """Distributions the recipe removes after install (they break imports)."""
     overrides: Mapping[str, str] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)
+    """name -> version spec installed with --no-deps from the CPU PyTorch index after vLLM's requirements."""
 
     def requirement_pins(self, build_dir: Path = BUILD_DIR) -> dict[str, str]:
         """name -> version from the requirements freeze (empty when there is none)."""
