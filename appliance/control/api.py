@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
@@ -20,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from appliance.control.capabilities import CapabilityView
 from appliance.control.documents import (
     AcceptedDocument,
     BootDocument,
@@ -155,7 +157,8 @@ def create_app(
     sources = sources or Sources()
     metrics = _Metrics(sup)
     engine = EngineMetrics(sup.plan.base_url, sources.engine)
-    load = LoadTracker(sup, engine, sources.clock)
+    capabilities = CapabilityView(sup)
+    load = LoadTracker(sup, engine, sources.clock, capabilities)
     usage = sources.usage or UsageSampler().read
     guarded = _guard(token)
 
@@ -168,7 +171,8 @@ def create_app(
         return PlainTextResponse(state.value, status_code=200 if state is EngineState.READY else 503)
 
     async def state(_: Request) -> Response:
-        return _json(state_document(sup.snapshot(), sup.plan))
+        document = state_document(sup.snapshot(), sup.plan)
+        return _json(replace(document, capabilities=capabilities.document()))
 
     async def load_now(_: Request) -> Response:
         return _json(await load.document())

@@ -26,6 +26,7 @@ __all__ = [
     "AcceptedDocument",
     "BoardDocument",
     "BootDocument",
+    "CapabilitiesDocument",
     "CheckDocument",
     "ChecksDocument",
     "DevicesDocument",
@@ -75,6 +76,20 @@ class EventDocument:
     previous: Annotated[str, Field(alias="from")]
     to: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilitiesDocument:
+    """Requested versus effective: what the plan asked for and what the running engine enabled."""
+
+    __pydantic_config__ = _WIRE
+
+    requested: Mapping[str, Any]
+    effective: Mapping[str, Any] | None
+    """As the engine's log and /metrics say, once it has been ready; None before; a None value is unknown."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Capability -> where the engine said it (a log line, a metric)."""
+    differences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +152,7 @@ class StateDocument:
     """Failed again after the one board reset `on_device_fault: reset_once` allows: the host needs hands."""
     boot: BootDocument | None = None
     """The boot under way, against this config's record on this host."""
+    capabilities: CapabilitiesDocument | None = None
 
 
 @dataclass(frozen=True, slots=True)

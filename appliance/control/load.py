@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import httpx
 
+from appliance.control.capabilities import CapabilityView
 from appliance.control.documents import LoadDocument, SchedulerDocument, SummaryDocument, validate
 from appliance.control.sources import EngineMetrics, Supervised
 from appliance.observe.alerts import alerts
@@ -30,8 +31,11 @@ _LOG_BACKLOG = 500  # lines of the log the first request reads back
 class LoadTracker:
     """The window, the scheduler view and the alerts of one supervised engine."""
 
-    def __init__(self, sup: Supervised, engine: EngineMetrics, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, sup: Supervised, engine: EngineMetrics, clock: Callable[[], float], capabilities: CapabilityView
+    ) -> None:
         self._sup = sup
+        self._capabilities = capabilities
         self._engine = engine
         self._clock = clock
         self._window = MetricsWindow()
@@ -42,12 +46,14 @@ class LoadTracker:
     async def document(self) -> LoadDocument:
         """Scrape now, and summarise the window (None with the reason when the scrape failed)."""
         async with self._lock:  # one scrape at a time keeps the window's samples in time order
-            summary, error = await self._scrape()
+            summary, error, page = await self._scrape()
             self._read_log()
         plan, snap = self._sup.plan, self._sup.snapshot()
         slo = plan.resolved.get("workload.slo_ttft_ms")
+        differ = self._capabilities.document(page).differences
         found = (
             *_lifecycle_alerts(snap),
+            *([f"{len(differ)} capabilities differ from the plan"] if differ else []),
             *alerts(snap.state.value, summary, plan.max_concurrency, None if slo is None else float(slo)),
         )
         return LoadDocument(
@@ -57,16 +63,17 @@ class LoadTracker:
             alerts=found,
         )
 
-    async def _scrape(self) -> tuple[LoadSummary | None, str | None]:
+    async def _scrape(self) -> tuple[LoadSummary | None, str | None, str | None]:
+        """The window's summary, why there is none, and the page scraped."""
         try:
             reply = await self._engine.fetch()
         except httpx.HTTPError as err:
-            return None, f"engine /metrics unreachable: {type(err).__name__} {err}".rstrip()
+            return None, f"engine /metrics unreachable: {type(err).__name__} {err}".rstrip(), None
         if reply.status_code != 200:
-            return None, f"engine /metrics answered {reply.status_code}"
+            return None, f"engine /metrics answered {reply.status_code}", None
         # Stamped after the answer, under the lock: samples enter the window in time order.
         self._window.add(parse_metrics(reply.text, self._clock(), keep=FAMILIES))
-        return self._window.summary(), None
+        return self._window.summary(), None, reply.text
 
     def _read_log(self) -> None:
         log = self._sup.log
