@@ -13,9 +13,9 @@ from pathlib import Path
 
 from appliance.cli.common import Command
 from appliance.cli.serve import control_token
-from appliance.control.client import SyncControlClient, Target, slot_target
+from appliance.control.client import Target, expand_slots
 from appliance.control.site_file import load_site_file, target
-from appliance.errors import ApiError, ConfigError, LaunchError, Problem
+from appliance.errors import ConfigError, LaunchError, Problem
 
 __all__ = ["register"]
 
@@ -25,7 +25,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
     urls = args.url or ([] if entries else ["http://127.0.0.1:8100"])
     token = control_token(args) if urls else ""
     targets = [target(e) for e in entries] + [Target(u.split("//")[-1].rstrip("/"), u.rstrip("/"), token) for u in urls]
-    targets = [slot for t in targets for slot in _slots_of(t)]
+    targets = [slot for t in targets for slot in expand_slots(t)]
     if len({t.name for t in targets}) != len(targets):
         raise ConfigError((Problem("duplicate-appliance", "--url", "an appliance is listed twice", "List each once"),))
     found = entry_points(group="appliance.console", name="textual")
@@ -36,16 +36,6 @@ def _cmd_console(args: argparse.Namespace) -> int:
     logging.getLogger().handlers = [logging.NullHandler()]
     run(targets, read_only=args.read_only, refresh_s=args.refresh)
     return 0
-
-
-def _slots_of(appliance: Target) -> list[Target]:
-    """An appliance serving slots is shown as one row per slot; any other (or unreachable) as itself."""
-    try:
-        with SyncControlClient(appliance) as api:
-            slots = api.slots()
-    except ApiError:
-        return [appliance]  # the console shows it unreachable, as it would without slots
-    return [slot_target(appliance, name) for name in slots.slots] if slots else [appliance]
 
 
 def register(command: Command) -> None:

@@ -135,7 +135,7 @@ def serve_slots(args: argparse.Namespace) -> int:
         preflight(slot.plan, host)
     with hold_slot_locks(plan, host):
         control = bind_control_socket(plan.slots[0].plan)
-        for slot in plan.slots:
+        for slot in {s.plan.model_path: s for s in plan.slots}.values():  # slots may share a checkpoint
             ensure_model(slot.plan)
         token = control_token(plan.slots[0].plan)
         where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"

@@ -27,7 +27,7 @@ from appliance.control.documents import (
 )
 from appliance.errors import ApiError
 
-__all__ = ["Action", "ApiError", "ControlClient", "SyncControlClient", "Target", "slot_target"]
+__all__ = ["Action", "ApiError", "ControlClient", "SyncControlClient", "Target", "expand_slots", "slot_target"]
 
 Action = Literal["drain", "restart"]
 D = TypeVar("D")
@@ -219,3 +219,14 @@ def _refusal(reply: httpx.Response) -> str:
 
 def _reason(err: httpx.HTTPError) -> str:
     return f"{type(err).__name__} {err}".strip()
+
+
+def expand_slots(appliance: Target) -> list[Target]:
+    """One target per slot of an appliance serving slots; any other (or unreachable) one as itself,
+    so a console shows the slots like a fleet and an unreachable appliance as unreachable."""
+    try:
+        with SyncControlClient(appliance) as api:
+            slots = api.slots()
+    except ApiError:
+        return [appliance]
+    return [slot_target(appliance, name) for name in slots.slots] if slots else [appliance]
