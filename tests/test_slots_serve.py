@@ -48,7 +48,7 @@ class Pair:
         with SyncControlClient(slot_target(self.appliance, slot), timeout_s=30.0) as api:
             return api.act(action)  # type: ignore[arg-type]
 
-    def wait_for(self, slot: str, state: str, timeout: float = 420.0) -> StateDocument:
+    def wait_for(self, slot: str, *states: str, timeout: float = 600.0) -> StateDocument:
         deadline, last = time.monotonic() + timeout, "unreachable"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -58,11 +58,11 @@ class Pair:
             except ApiError:
                 last = "unreachable"
             else:
-                if doc.state == state:
+                if doc.state in states:
                     return doc
                 last = doc.state
             time.sleep(0.5)
-        raise AssertionError(f"slot {slot} never reached {state}; last {last}")
+        raise AssertionError(f"slot {slot} never reached {states}; last {last}")
 
     def complete(self, slot: str) -> str:
         client = OpenAI(base_url=f"http://127.0.0.1:{self.ports[slot]}/v1", api_key="unused", max_retries=0,
@@ -130,12 +130,13 @@ async def test_the_console_shows_the_slots_like_a_fleet_and_enter_drills_in(pair
 def test_kill_9_of_one_engine_restarts_only_that_slot(pair: Pair) -> None:
     before = pair.slots().slots
     os.kill(before["left"].pid or 0, signal.SIGKILL)
-    pair.wait_for("left", "restarting", timeout=60)
+    pair.wait_for("left", "restarting", "starting", "loading", "warming", timeout=90)
     assert pair.complete("right") == "tiny-right"  # while left is down
     after = pair.wait_for("left", "ready")
     right = pair.slots().slots["right"]
     assert after.restarts == before["left"].restarts + 1 and after.pid != before["left"].pid
     assert (right.pid, right.restarts, right.state) == (before["right"].pid, before["right"].restarts, "ready")
+    assert group_gone(before["left"].pid or 0)
     assert pair.complete("left") == "tiny-left"
 
 

@@ -48,7 +48,7 @@ def hold_slot_locks(plan: HostPlan, host: HostFacts) -> Iterator[None]:
 async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_ready: ReadyHook) -> int:
     """Supervise every slot and serve the control API until stopped; return the exit code."""
     logs = {s.name: EngineLog(Path(s.plan.log_dir)) for s in plan.slots}
-    sups = {s.name: EngineSupervisor(s.plan, logs[s.name]) for s in plan.slots}
+    sups = {s.name: EngineSupervisor(s.plan, logs[s.name], name=f"slot {s.name}") for s in plan.slots}
     _watch_readiness(sups, on_ready)
     app = create_slots_app(plan.name, sups, token)
     config = uvicorn.Config(app, host=plan.control.host, port=plan.control.port, log_level="warning", lifespan="off")
