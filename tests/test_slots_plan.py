@@ -139,3 +139,15 @@ def test_plan_and_render_print_every_slot(tmp_path: Path) -> None:
     unit = appliance("render", "systemd", "slots=t3k-4x8b")
     assert unit.returncode == 0, unit.stderr
     assert "serve slots=t3k-4x8b" in unit.stdout and "chat, code, router, spare on t3k" in unit.stdout
+
+
+def test_kv_shares_beyond_this_hosts_memory_are_refused_naming_every_slot() -> None:
+    done = appliance("validate", "slots=cpu-pair", "slots.left.engine.env.VLLM_CPU_KVCACHE_SPACE=100000")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error[slots-memory] slots: cpu-pair: the slots need ")
+    # 2 GiB for the engine processes (preflight's estimate) plus each slot's KV share
+    left, right = (
+        "left 100002.0 GiB (engine processes + 100000 GiB KV cache)",
+        "right 3.0 GiB (engine processes + 1 GiB",
+    )
+    assert f"({left}, {right} KV cache))" in done.stderr

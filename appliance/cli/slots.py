@@ -33,6 +33,8 @@ def host_plan(args: argparse.Namespace) -> HostPlan:
 def validate_slots(args: argparse.Namespace) -> int:
     """`appliance validate slots=<name>`: one ok line per slot, or every problem."""
     plan = host_plan(args)
+    if problems := fit_problems(plan, discover_host()):
+        raise ConfigError(tuple(problems))
     if args.json:
         out.print_json(data=findings(plan.warnings) | {"slots": _summary(plan)})
         return 0

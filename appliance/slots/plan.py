@@ -20,9 +20,9 @@ from appliance.compat.validate import ValidatedConfig, validate
 from appliance.config.compose import mesh_catalog
 from appliance.config.schema import ControlConfig
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts
+from appliance.host import HostFacts, free_disk
 from appliance.plan import LaunchPlan, build_plan
-from appliance.preflight.checks import GIB, memory_need
+from appliance.preflight.checks import GIB, disk_need, memory_need
 from appliance.slots.declare import SlotsFile, compose_slot, in_slot, split_overrides
 from appliance.slots.host_check import assign_cores, assign_devices, control_problems, port_problems
 
@@ -113,9 +113,11 @@ def plan_host(
 
 
 def fit_problems(host_plan: HostPlan, host: HostFacts) -> list[Problem]:
-    """The slots' summed host memory (engines and CPU KV caches) and hugepages against this host."""
+    """The slots' summed host memory (engines and CPU KV caches), hugepages and cache disk against this host."""
     needs = [memory_need(s.plan) for s in host_plan.slots]
-    problems: list[Problem] = []
+    # A TT slots file validated away from its host (no boards here) says nothing about this disk.
+    on_host = bool(host.boards) or all(s.plan.engine == "cpu" for s in host_plan.slots)
+    problems = _disk_problems(host_plan) if on_host else []
     total = sum(n for n, _, _ in needs)
     available = host.mem_available_bytes
     if available is not None and total > available and any(hard for _, _, hard in needs):
@@ -143,6 +145,26 @@ def fit_problems(host_plan: HostPlan, host: HostFacts) -> list[Problem]:
             )
         )
     return problems
+
+
+def _disk_problems(host_plan: HostPlan) -> list[Problem]:
+    """Summed cache needs of the slots (a checkpoint two slots share counted once) against free disk."""
+    unique = {(s.plan.model_path, s.plan.env.get("TT_CACHE_PATH")): s.plan for s in host_plan.slots}
+    needs = [disk_need(plan)[0] for plan in unique.values()]
+    cache = Path(host_plan.slots[0].validated.config.paths.cache_dir)
+    where, free = free_disk(cache)
+    total = sum(n or 0 for n in needs)
+    if total <= free:
+        return []
+    return [
+        Problem(
+            "slots-disk",
+            "slots",
+            f"{host_plan.name}: the slots' caches need {total / GIB:.1f} GiB under "
+            f"{where}; {free / GIB:.1f} GiB is free",
+            "Free space or set paths.cache_dir elsewhere",
+        )
+    ]
 
 
 def _slot_plan(name: str, v: ValidatedConfig, devices: tuple[int, ...], cores: tuple[int, ...]) -> SlotPlan:
