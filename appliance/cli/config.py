@@ -9,7 +9,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 from rich.table import Table
 
-from appliance.cli import deploy
+from appliance.cli import deploy, slots
 from appliance.cli.common import Command, composed_config, err, findings, out, validated_config
 from appliance.compat.fit import fit_of, fit_row
 from appliance.compat.matrix import load_matrix
@@ -18,11 +18,14 @@ from appliance.compat.validate import validate
 from appliance.config.compose import GROUPS, group_options
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
+from appliance.slots.declare import slot_options
 
 __all__ = ["register"]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    if slots.wanted(args):
+        return slots.validate_slots(args)
     matrix = load_matrix()
     composed = composed_config(args, matrix)
     try:
@@ -56,6 +59,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.all_sites:
         return deploy.plan_all_sites(args)
+    if slots.wanted(args):
+        return slots.plan_slots(args)
     plan = build_plan(validated_config(args, load_matrix()))
     if args.json:
         out.print_json(data=plan.to_json())
@@ -106,6 +111,7 @@ def _row(row: Any) -> dict[str, Any]:
 def _cmd_options(args: argparse.Namespace) -> int:
     for group in GROUPS:
         out.print(f"{group}: {' '.join(group_options(group, args.site_dir))}", markup=False)
+    out.print(f"slots: {' '.join(slot_options(args.site_dir))}", markup=False)
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
 from appliance.host import discover_host
@@ -121,6 +122,8 @@ def _print_manifest(manifest: Any, as_json: bool) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    if slots.wanted(args):
+        return slots.render_slots(args)
     if args.kind == "k8s":
         from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 

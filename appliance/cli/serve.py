@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
-from appliance.cli import check
+from appliance.cli import check, slots
 from appliance.cli.common import Command, err, out, validated_config
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ApiError, ConfigError, EngineError, Problem
@@ -17,7 +17,8 @@ from appliance.host import discover_host
 from appliance.plan import LaunchPlan, build_plan
 
 if TYPE_CHECKING:
-    from appliance.control.documents import BootDocument
+    from appliance.control.client import Target
+    from appliance.control.documents import BootDocument, StateDocument
     from appliance.observe.metrics_window import LoadSummary
 
 __all__ = ["control_token", "register"]
@@ -28,6 +29,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from appliance.serve import bind_control_socket, control_token, ensure_model, host_locks, preflight, run_service
 
+    if slots.wanted(args):
+        return slots.serve_slots(args)
     host = discover_host()
     validated = validated_config(args, load_matrix())
     plan = build_plan(validated)
@@ -68,22 +71,23 @@ def control_token(args: argparse.Namespace) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from appliance.control.client import SyncControlClient, Target
+    from appliance.control.client import SyncControlClient, Target, slot_target
     from appliance.control.documents import dump
 
-    with SyncControlClient(Target(args.url, args.url.rstrip("/"), control_token(args))) as api:
-        state = api.state()
-        try:
-            load = _load_once(api.engine_metrics())
-        except ApiError:
-            load = None  # the state above is what status promises; load is shown when it can be read
+    appliance = Target(args.url, args.url.rstrip("/"), control_token(args))
+    with SyncControlClient(appliance) as api:
+        slots = api.slots()
+    targets = [slot_target(appliance, name) for name in slots.slots] if slots else [appliance]
+    rows = [_status_of(target) for target in targets]
     if args.json:
-        out.print_json(data=dump(state) | {"load": to_jsonable_python(load)})
-    else:
+        docs = [dump(state) | {"load": to_jsonable_python(load)} for state, load in rows]
+        out.print_json(data={"slots": dict(zip(slots.slots, docs, strict=True))} if slots else docs[0])
+        return 0
+    for name, (state, load) in zip(slots.slots if slots else [""], rows, strict=True):
         uptime = f"{state.uptime_s:.0f}s" if state.uptime_s is not None else "-"
         out.print(
-            f"{state.state}  {state.checkpoint} on {state.mesh} ({state.engine})  site {state.site}  "
-            f"pid {state.pid}  up {uptime}  restarts {state.restarts}  config {state.config_hash}",
+            f"{f'{name}  ' if name else ''}{state.state}  {state.checkpoint} on {state.mesh} ({state.engine})  "
+            f"site {state.site}  pid {state.pid}  up {uptime}  restarts {state.restarts}  config {state.config_hash}",
             markup=False,
         )
         if state.boot is not None:
@@ -122,6 +126,17 @@ def _boot_line(boot: BootDocument) -> str:
     eta = "overdue" if boot.eta_s == 0 else f"ETA {boot.eta_s:.0f}s"
     slow = "  SLOW: far beyond this config's record" if boot.slow else ""
     return f"booting: {boot.phase}, {boot.elapsed_s:.0f}s of ~{boot.expected_s:.0f}s ({eta}){slow}"
+
+
+def _status_of(target: Target) -> tuple[StateDocument, LoadSummary | None]:
+    from appliance.control.client import SyncControlClient
+
+    with SyncControlClient(target) as api:
+        state = api.state()
+        try:
+            return state, _load_once(api.engine_metrics())
+        except ApiError:
+            return state, None  # the state is what status promises; load is shown when it can be read
 
 
 def _load_once(page: str) -> LoadSummary:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 import httpx
@@ -19,7 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from appliance.control.capabilities import CapabilityView
 from appliance.control.documents import (
@@ -32,6 +32,7 @@ from appliance.control.documents import (
     FaultDocument,
     HostDocument,
     PlanDocument,
+    SlotsDocument,
     StateDocument,
     UsageDocument,
     render,
@@ -46,7 +47,7 @@ from appliance.preflight.checks import CheckResult
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import Command, SupervisorSnapshot
 
-__all__ = ["checks_document", "create_app", "host_document", "state_document"]
+__all__ = ["checks_document", "create_app", "create_slots_app", "host_document", "state_document"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 _MAX_TAIL = 10_000
@@ -232,5 +233,41 @@ def create_app(
             Route("/logs", guarded(logs)),
             Route("/drain", guarded(action("drain")), methods=["POST"]),
             Route("/restart", guarded(action("restart")), methods=["POST"]),
+        ]
+    )
+
+
+def create_slots_app(
+    name: str,
+    sups: Mapping[str, Supervised],
+    token: str,
+    checks: Sequence[CheckResult] = (),
+    sources: Sources | None = None,
+) -> Starlette:
+    """The ASGI app for several slots: GET /slots, and each slot's own app under /slots/<slot>/.
+
+    The single-engine routes at the root answer 404 naming the slot routes, so a client that
+    expects one engine learns why instead of reading one slot as the whole host.
+    """
+    guarded = _guard(token)
+
+    async def livez(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def slots(_: Request) -> Response:
+        states = {slot: state_document(sup.snapshot(), sup.plan) for slot, sup in sups.items()}
+        return _json(SlotsDocument(name, states))
+
+    async def single(request: Request) -> Response:
+        where = ", ".join(f"/slots/{slot}{request.url.path}" for slot in sups)
+        return JSONResponse({"error": f"this appliance serves slots ({name}); ask {where}"}, status_code=404)
+
+    roots = ("/state", "/load", "/metrics", "/engine/metrics", "/host", "/checks", "/logs", "/drain", "/restart")
+    return Starlette(
+        routes=[
+            Route("/livez", livez),
+            Route("/slots", guarded(slots)),
+            *(Route(path, guarded(single), methods=["GET", "POST"]) for path in roots),
+            *(Mount(f"/slots/{slot}", app=create_app(sup, token, checks, sources)) for slot, sup in sups.items()),
         ]
     )

@@ -21,12 +21,13 @@ from appliance.control.documents import (
     ChecksDocument,
     HostDocument,
     LoadDocument,
+    SlotsDocument,
     StateDocument,
     parse,
 )
 from appliance.errors import ApiError
 
-__all__ = ["Action", "ApiError", "ControlClient", "SyncControlClient", "Target"]
+__all__ = ["Action", "ApiError", "ControlClient", "SyncControlClient", "Target", "expand_slots", "slot_target"]
 
 Action = Literal["drain", "restart"]
 D = TypeVar("D")
@@ -40,6 +41,11 @@ class Target:
     name: str
     url: str
     token: str = field(repr=False)
+
+
+def slot_target(appliance: Target, slot: str) -> Target:
+    """The target of one slot of an appliance serving slots: its routes under /slots/<slot>."""
+    return Target(f"{appliance.name}/{slot}", f"{appliance.url}/slots/{slot}", appliance.token)
 
 
 class ControlClient:
@@ -78,6 +84,10 @@ class ControlClient:
 
     async def state(self, name: str) -> StateDocument:
         return _read(self.targets[name], StateDocument, await self._send(name, "GET", "/state"))
+
+    async def slots(self, name: str) -> SlotsDocument | None:
+        """Each slot's state, or None when the appliance serves one engine, not slots."""
+        return _optional(self.targets[name], SlotsDocument, await self._send(name, "GET", "/slots"))
 
     async def load(self, name: str) -> LoadDocument:
         """The engine's load over the appliance's window, with its alerts (the appliance scrapes now)."""
@@ -143,6 +153,9 @@ class SyncControlClient:
     def state(self) -> StateDocument:
         return _read(self.target, StateDocument, self.request("GET", "/state"))
 
+    def slots(self) -> SlotsDocument | None:
+        return _optional(self.target, SlotsDocument, self.request("GET", "/slots"))
+
     def load(self) -> LoadDocument:
         return _read(self.target, LoadDocument, self.request("GET", "/load"))
 
@@ -206,3 +219,14 @@ def _refusal(reply: httpx.Response) -> str:
 
 def _reason(err: httpx.HTTPError) -> str:
     return f"{type(err).__name__} {err}".strip()
+
+
+def expand_slots(appliance: Target) -> list[Target]:
+    """One target per slot of an appliance serving slots; any other (or unreachable) one as itself,
+    so a console shows the slots like a fleet and an unreachable appliance as unreachable."""
+    try:
+        with SyncControlClient(appliance) as api:
+            slots = api.slots()
+    except ApiError:
+        return [appliance]
+    return [slot_target(appliance, name) for name in slots.slots] if slots else [appliance]

@@ -38,6 +38,7 @@ __all__ = [
     "LoadDocument",
     "PlanDocument",
     "SchedulerDocument",
+    "SlotsDocument",
     "StateDocument",
     "StepsDocument",
     "SummaryDocument",
@@ -334,6 +335,18 @@ class AcceptedDocument:
 
     accepted: str
     state: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsDocument:
+    """GET /slots: an appliance serving several slots, each slot's state as its /slots/<name>/state has it."""
+
+    __pydantic_config__ = _WIRE
+
+    name: str
+    """The slots file it serves (conf/slots/<name>.yaml)."""
+    slots: Mapping[str, StateDocument]
+    """Slot name -> its state document, in the file's order."""
 
 
 def _adapter(kind: type[D]) -> TypeAdapter[D]:

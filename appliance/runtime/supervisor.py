@@ -86,8 +86,11 @@ class EngineSupervisor:
         environ: Mapping[str, str] | None = None,
         history: int = HISTORY,
         faults: FaultLadder | None = None,
+        name: str = "engine",
     ) -> None:
         self.plan = plan
+        self.name = name
+        """How its log lines name the engine ("slot chat" when several run in one appliance)."""
         self.log = engine_log
         self._state = _S.VALIDATING
         self._pid: int | None = None
@@ -148,7 +151,7 @@ class EngineSupervisor:
         event = EngineEvent(time.time(), self._state, state, reason)
         self._state = state
         self._events.append(event)
-        log.info("engine %s -> %s: %s", event.previous.value, state.value, reason)
+        log.info("%s %s -> %s: %s", self.name, event.previous.value, state.value, reason)
         for listener in tuple(self._listeners):  # a listener may unsubscribe itself
             listener(event)
 
