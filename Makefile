@@ -1,4 +1,5 @@
 # Two commands on a fresh machine: `make serve` (embedded default) and `make test` (everything).
+# While editing: `make test-fast` (no engine, < 2 min) and `make test-engine` (the engine tier, < 8 min).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ HAPROXY := /usr/sbin/haproxy
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 
 
-.PHONY: serve test lint bench soak engine-cpu engine-ttnn setup haproxy
+.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy
 
 setup: $(VENV)/.installed
 
@@ -41,8 +42,17 @@ $(HAPROXY):
 serve: setup engine-cpu
 	$(BIN)/appliance serve
 
+# CI: lint, then both tiers in one run, with the "ci" Hypothesis profile (1,000 examples per generated-input test).
 test: lint engine-cpu engine-ttnn haproxy
-	$(BIN)/pytest
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest
+
+# Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
+test-fast: setup
+	$(BIN)/pytest -m "not engine"
+
+# Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).
+test-engine: setup engine-cpu engine-ttnn haproxy
+	$(BIN)/pytest -m engine
 
 lint: setup
 	$(BIN)/ruff check appliance tui tests bench build engine_plugins
@@ -57,6 +67,7 @@ bench: setup engine-cpu
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py
+	$(BIN)/python bench/scheduler_stalls.py
 
 # The reliability soak (10 minutes of the mixed workload with the console poller attached).
 soak: setup engine-cpu

@@ -1,5 +1,4 @@
-"""A real `appliance serve` process for end-to-end tests, and the marker that skips them
-where the CPU engine environment has not been built."""
+"""A real `appliance serve` process for end-to-end tests (conftest's shared appliances start theirs here)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 from openai import OpenAI
 
 from appliance.control.client import ApiError, SyncControlClient, Target
@@ -23,13 +21,9 @@ from appliance.control.documents import StateDocument
 from .helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_TESTS = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+MODEL = "appliance/tiny-llama"
+KEY_ENV, API_KEY = "SITE_OPENAI_KEY", "sk-reliability-test"
+"""The restartable appliance's engine port takes this key, read from the variable named KEY_ENV."""
 
 
 @dataclass
@@ -40,6 +34,8 @@ class Served:
     token: str
     cache: Path
     output: Path
+    boot_log: str = ""
+    """`GET /logs?tail=500` as soon as it was ready: a shared appliance's later traffic pushes its boot out of /logs."""
 
     def api(self, token: str | None = None) -> SyncControlClient:
         """The control client, with the appliance's token or the one given."""
@@ -95,7 +91,8 @@ def start_appliance(tmp: Path, *extra: str, env: dict[str, str] | None = None, c
     served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
                     tmp / "cache", output)  # fmt: skip
     try:
-        served.wait_for("ready")
+        served.wait_for("ready", timeout=600.0)  # the engine's own ready_timeout_s: boots crawl on a busy host
+        served.boot_log = served.control("GET", "/logs?tail=500").text
     except BaseException:
         stop_appliance(served)
         raise
@@ -122,3 +119,11 @@ def running_appliance(
         yield served
     finally:
         stop_appliance(served)
+
+
+def revive(served: Served) -> None:
+    """Wait out whatever the appliance is doing, restart its engine if it is stopped or failed, until ready."""
+    state = served.wait_for("ready", "stopped", "failed")
+    if state.state != "ready":
+        assert served.control("POST", "/restart").status_code == 202
+        served.wait_for("ready")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
@@ -22,7 +23,6 @@ from appliance.observe.effective import Capabilities, differences, effective, re
 from appliance.plan import LaunchPlan, build_plan
 from appliance.serve import ensure_model
 
-from .appliance_process import ENGINE_TESTS
 from .helpers import cpu_plan, free_port
 
 DATA = Path(__file__).parent / "data"
@@ -108,8 +108,7 @@ def boot_and_read(plan: LaunchPlan, log: Path, timeout: float = 600.0) -> tuple[
             proc.wait()
 
 
-@ENGINE_TESTS[0]
-@ENGINE_TESTS[1]
+@pytest.mark.engine
 def test_the_real_cpu_engine_reports_what_it_runs_against_the_plan(tmp_path: Path) -> None:
     plan = cpu_plan(tmp_path, f"serving.port={free_port()}", *CPU_OVERRIDES)
     lines, page = boot_and_read(plan, tmp_path / "engine.log")

@@ -20,10 +20,10 @@ import pytest
 
 from appliance.observe.engine_metrics import parse_metrics
 
-from .appliance_process import ENGINE_TESTS, Served, running_appliance
+from .appliance_process import Served, running_appliance
 from .helpers import free_port
 
-pytestmark = ENGINE_TESTS
+pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 BODY = {"model": "appliance/tiny-llama", "prompt": "Hello", "max_tokens": 16, "ignore_eos": True}
 
 

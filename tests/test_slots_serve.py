@@ -23,11 +23,10 @@ from appliance.control.documents import SlotsDocument, StateDocument
 from tui.app import make_console
 from tui.screens.fleet import FleetScreen
 
-from .appliance_process import ENGINE_TESTS
 from .console_pilot import until
 from .helpers import free_port, group_gone
 
-pytestmark = ENGINE_TESTS
+pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 SLOTS = ("left", "right")
 
 

@@ -13,16 +13,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
 from .helpers import fake_plan, group_gone, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-TTNN = ROOT / ".engines" / "ttnn" / "bin" / "python"
 REPLAY = Path(__file__).with_name("replay_engine.py")
 FABRIC = (
     "2026-08-24 22:39:51.216 | critical |          Always | TT_THROW: Fabric Router Sync: Timeout after 10000 ms on "
@@ -42,10 +38,11 @@ async def boot_until_failed(sup: EngineSupervisor, log: EngineLog, timeout: floa
         log.close()
 
 
-@pytest.mark.skipif(not TTNN.is_file(), reason="the ttnn environment is not built (make engine-ttnn)")
-async def test_the_real_ttnn_failing_to_find_chips_fails_the_boot_with_the_next_step(tmp_path: Path) -> None:
+async def test_the_real_ttnn_failing_to_find_chips_fails_the_boot_with_the_next_step(
+    tmp_path: Path, ttnn_engine: Path
+) -> None:
     plan = fake_plan(tmp_path, ready_timeout_s=600.0)
-    plan = replace(plan, argv=(str(TTNN), "-c", "import ttnn; ttnn.open_device(device_id=0)"))
+    plan = replace(plan, argv=(str(ttnn_engine), "-c", "import ttnn; ttnn.open_device(device_id=0)"))
     log = EngineLog(tmp_path / "logs")
     sup = EngineSupervisor(plan, log)
     took = await boot_until_failed(sup, log)

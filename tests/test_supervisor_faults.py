@@ -64,7 +64,9 @@ async def test_a_crash_during_boot_fails_with_the_cause_and_is_not_restarted(sup
 
 
 async def test_a_crash_after_ready_restarts_until_the_crash_loop_limit(supervisor: Factory) -> None:
-    sup = supervisor("--mode", "crash-after", "--after", "2.5", max_restarts=2)
+    # A run counts as healthy after 10 x backoff_max_s (5 s here): each crash, 2.5 s after the
+    # engine's startup line and so at most 2.5 s after ready, stays inside the crash streak.
+    sup = supervisor("--mode", "crash-after", "--after", "2.5", max_restarts=2, backoff_max_s=0.5)
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.FAILED, timeout=60)
     snap = sup.snapshot()

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
 from appliance.compat.state_set import load_states
@@ -164,29 +162,6 @@ def test_every_validated_row_yields_a_plan(
     assert plan.checkpoint == checkpoint and plan.mesh == mesh
     # Every flag and VLLM_* variable the appliance emits is one the pinned vLLM or plugin reads.
     assert not {w.code for w in plan.warnings} & {"flag-not-read", "env-not-read"}
-
-
-KEYS = st.sampled_from([
-    "serving.max_context", "serving.max_concurrency", "serving.data_parallel", "serving.port",
-    "features.prefix_caching",
-    "features.async_decode", "features.sample_on_device", "features.strict", "model.checkpoint", "model.family",
-    "tt.trace_mode", "tt.trace_region_size", "tt.fabric_config", "engine.extra_args", "site.min_status", "mesh",
-    "model", "precision", "engine", "site", "+bogus", "++model.extra", "~serving",
-])  # fmt: skip
-VALUES = st.one_of(
-    st.integers(-5, 300_000).map(str), st.sampled_from(["true", "false", "null", "all", "t3k", "llama", "[--x,1]"]),
-    st.text("abcdefghijklmnopqrstuvwxyz_-./=[]{},:'\" 0123456789", max_size=12),
-)  # fmt: skip
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(KEYS, VALUES), max_size=5))
-def test_random_overrides_give_a_plan_or_a_config_error(pairs: list[tuple[str, str]]) -> None:
-    overrides = [f"{k}={v}" for k, v in pairs] + ["mesh=t3k", "+model=llama"]
-    try:
-        build_plan(validate(compose_config(overrides), MATRIX))
-    except ConfigError as error:
-        assert error.problems and all(p.key for p in error.problems)
 
 
 def test_a_cpu_kv_pool_close_to_the_context_is_a_warning(matrix: CompatibilityMatrix) -> None:
