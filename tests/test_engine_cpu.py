@@ -78,3 +78,13 @@ def test_a_second_serve_on_the_same_ports_is_refused_and_the_first_keeps_serving
     assert done.returncode == 3
     assert "already held by another appliance" in done.stderr and "Traceback" not in done.stderr
     assert served.state().state == "ready"
+
+
+def test_state_shows_what_the_engine_runs_beside_what_the_plan_asked(shared_appliance: Served) -> None:
+    with shared_appliance.api() as api:
+        alerts = api.load().alerts  # /load hands the appliance the /metrics page it reads capabilities from
+        caps = api.state().capabilities
+    assert caps is not None and caps.effective is not None  # read from this engine's own log and metrics
+    assert caps.effective["max_model_len"] == caps.requested["max_model_len"] == 2048
+    assert caps.effective["kv_cache_memory_bytes"] and "kv_cache_memory_bytes" in caps.sources
+    assert bool(caps.differences) == any("capabilities differ" in a for a in alerts)
