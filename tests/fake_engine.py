@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 def main() -> None:
@@ -23,10 +24,15 @@ def main() -> None:
     parser.add_argument("--mode", default="ok", choices=["ok", "boot-crash", "crash-after", "hang-after", "no-ready"])
     parser.add_argument("--after", type=float, default=1.0, help="seconds after ready for crash/hang modes")
     parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--sigterm-log", help="a recorded engine log to print on SIGTERM, then keep running")
     parser.add_argument("--child", action="store_true", help="fork a worker into the same process group")
     args = parser.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.sigterm_log:
+        lines = Path(args.sigterm_log).read_text().splitlines()
+        recorded = [line for line in lines if not line.startswith("#")]
+        signal.signal(signal.SIGTERM, lambda *_: print(*recorded, sep="\n", flush=True))
     if args.child:
         worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         print(f"worker pid {worker.pid}", flush=True)

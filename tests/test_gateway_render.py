@@ -17,7 +17,8 @@ def test_each_appliance_is_routed_to_its_engine_and_checked_on_its_control_port(
     text = render_haproxy(backends, "127.0.0.1:8080", check_interval_ms=250)
     assert "server lab-01 127.0.0.1:8000 check addr 127.0.0.1 port 8100" in text
     assert "server lab-02 10.0.4.22:8001 check addr 10.0.4.22 port 8101" in text
-    assert "http-check send meth GET uri /readyz" in text and "inter 250ms fall 1 rise 1" in text
+    assert "http-check send meth GET uri /readyz" in text and "inter 250ms fall 2 rise 1" in text
+    assert "timeout check 2s" in text
     config = tmp_path / "haproxy.cfg"
     config.write_text(text)
     checked = subprocess.run([haproxy_binary(), "-c", "-f", str(config)], capture_output=True, text=True)

@@ -13,7 +13,7 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
-from .helpers import fake_plan, group_gone, wait_for
+from .helpers import DATA, fake_plan, group_gone, wait_for
 
 S = EngineState
 
@@ -100,6 +100,22 @@ async def test_an_engine_ignoring_sigterm_is_killed_after_the_grace_period(super
     await run
     assert 1.5 <= loop.time() - started < 10  # shutdown_timeout_s + stop_grace_s, then SIGKILL
     assert group_gone(pgid)
+
+
+async def test_a_drain_the_engine_reports_finished_ends_stop_grace_s_later(supervisor: Factory) -> None:
+    """The engine prints vLLM's recorded drain (tests/data/vllm-cpu-drain.log), then stalls in its teardown:
+    the group is killed stop_grace_s after the drain's last request, not after the whole shutdown_timeout_s."""
+    sup = supervisor("--sigterm-log", str(DATA / "vllm-cpu-drain.log"), "--child", shutdown_timeout_s=600.0)
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.READY)
+    pgid = sup.snapshot().pid
+    assert pgid is not None
+    sup.request("drain")
+    await wait_for(sup, S.STOPPED, timeout=60)
+    assert group_gone(pgid)
+    assert "request processing complete" in sup.log.path.read_text()
+    sup.request("stop")
+    await run
 
 
 async def test_not_ready_within_the_budget_fails(supervisor: Factory) -> None:

@@ -176,7 +176,8 @@ class SupervisorConfig:
     hang_timeout_s: Seconds = 30.0
     """A ready engine whose /health fails this long is restarted."""
     stop_grace_s: Seconds = 10.0
-    """Seconds between SIGTERM and SIGKILL when stopping the engine's process group."""
+    """Seconds the engine gets to exit once its drain is over (its log says every request finished, or
+    shutdown_timeout_s passed) before its process group is SIGKILLed."""
     shutdown_timeout_s: Seconds = 60.0
     """How long a drain waits for in-flight requests before stopping anyway."""
     max_restarts: Annotated[int, Ge(0)] = 5

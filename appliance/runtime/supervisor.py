@@ -26,7 +26,7 @@ from appliance.plan import LaunchPlan
 from appliance.runtime.boot_record import BootClock, BootProgress
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.faults import Fault, FaultLadder, load_fault_ladder, run_reset
-from appliance.runtime.lifecycle import TRANSITIONS, EngineEvent, EngineState, phase_from_log
+from appliance.runtime.lifecycle import TRANSITIONS, EngineEvent, EngineState, drain_finished_in_log, phase_from_log
 from appliance.runtime.spawn import SpawnFn, engine_environment, spawn_engine
 
 __all__ = ["HISTORY", "Command", "EngineSupervisor", "Listener", "SupervisorSnapshot"]
@@ -108,6 +108,7 @@ class EngineSupervisor:
         self._faults = faults or load_fault_ladder()
         self._fault: Fault | None = None
         self._faulted = asyncio.Event()
+        self._drained = asyncio.Event()
         self._resets = 0
         self._boot = BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
         self._listeners.append(self._boot.on_event)
@@ -159,6 +160,7 @@ class EngineSupervisor:
         self._change(_S.STARTING, "spawning the engine")
         self._fault = None
         self._faulted.clear()
+        self._drained.clear()
         proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir)
         self._pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
@@ -318,6 +320,8 @@ class EngineSupervisor:
             if self._state in _BOOT_ORDER and self._fault is None and (fault := self._faults.classify(line)):
                 self._fault = fault  # ends the boot at once instead of waiting out the readiness budget
                 self._faulted.set()
+            if self._state is _S.DRAINING and drain_finished_in_log(line):
+                self._drained.set()
             phase = phase_from_log(line)
             if (
                 phase is not None
@@ -327,13 +331,17 @@ class EngineSupervisor:
                 self._change(phase, line.strip()[:200])
 
     async def _stop(self, proc: asyncio.subprocess.Process, *, graceful: bool) -> None:
-        """SIGTERM the engine (it drains), then SIGKILL whatever is left of its process group."""
+        """SIGTERM the engine (it drains), then SIGKILL whatever is left of its process group: after
+        stop_grace_s more once its drain is over (it says so, or shutdown_timeout_s has passed)."""
         if graceful and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             sup = self.plan.supervisor
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(proc.wait(), sup.shutdown_timeout_s + sup.stop_grace_s)
+            exited, drained = asyncio.ensure_future(proc.wait()), asyncio.ensure_future(self._drained.wait())
+            await asyncio.wait({exited, drained}, timeout=sup.shutdown_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            drained.cancel()
+            await asyncio.wait({exited}, timeout=sup.stop_grace_s)
+            exited.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
