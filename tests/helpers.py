@@ -23,6 +23,7 @@ from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+REPLAY_ENGINE = Path(__file__).with_name("replay_engine.py")
 DATA = Path(__file__).with_name("data")
 """Recorded real data (engine logs, /metrics pages, sysfs trees) for sources that cannot exist here."""
 

@@ -17,9 +17,8 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
-from .helpers import fake_plan, group_gone, wait_for
+from .helpers import REPLAY_ENGINE, fake_plan, group_gone, wait_for
 
-REPLAY = Path(__file__).with_name("replay_engine.py")
 FABRIC = (
     "2026-08-24 22:39:51.216 | critical |          Always | TT_THROW: Fabric Router Sync: Timeout after 10000 ms on "
     "Device 3: expected status 0xa2b2c2d2. Master chan=7 got 0xa0b0c0d0. (assert.hpp:104)"
@@ -55,7 +54,7 @@ async def test_the_real_ttnn_failing_to_find_chips_fails_the_boot_with_the_next_
 async def test_a_fault_line_ends_a_boot_that_would_have_waited_out_its_budget(tmp_path: Path) -> None:
     recorded = tmp_path / "fabric.log"
     recorded.write_text(FABRIC + "\n")
-    plan = replace(fake_plan(tmp_path, ready_timeout_s=600.0), argv=(sys.executable, str(REPLAY), str(recorded)))
+    plan = replace(fake_plan(tmp_path, ready_timeout_s=600.0), argv=(sys.executable, str(REPLAY_ENGINE), str(recorded)))
     log = EngineLog(tmp_path / "logs")
     sup = EngineSupervisor(plan, log)
     run = asyncio.create_task(sup.run())
@@ -87,7 +86,7 @@ async def test_reset_once_resets_the_boards_retries_and_then_quarantines(tmp_pat
         f"open({str(marker)!r}, 'a').write('x'); print('Re-initializing boards after reset')",
     )
     plan = fake_plan(tmp_path, ready_timeout_s=600.0, on_device_fault="reset_once", reset_command=reset)
-    plan = replace(plan, argv=(sys.executable, str(REPLAY), str(recorded)))
+    plan = replace(plan, argv=(sys.executable, str(REPLAY_ENGINE), str(recorded)))
     log = EngineLog(tmp_path / "logs")
     sup = EngineSupervisor(plan, log)
     run = asyncio.create_task(sup.run())

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
-from .helpers import DATA, fake_plan, group_gone, wait_for
+from .helpers import DATA, REPLAY_ENGINE, fake_plan, group_gone, wait_for
 
 S = EngineState
 
@@ -116,6 +118,23 @@ async def test_a_drain_the_engine_reports_finished_ends_stop_grace_s_later(super
     assert "request processing complete" in sup.log.path.read_text()
     sup.request("stop")
     await run
+
+
+async def test_vllms_fd_limit_advice_is_not_given_as_the_cause_of_a_slow_boot(tmp_path: Path) -> None:
+    """A boot that prints vLLM's recorded boot log (its ulimit warning mentions `OSError: [Errno 24]`) and
+    never answers: the failure quotes the log's last lines, not the advice."""
+    plan = fake_plan(tmp_path, ready_timeout_s=3.0)
+    plan = replace(plan, argv=(sys.executable, str(REPLAY_ENGINE), str(DATA / "vllm-cpu-boot.log")))
+    log = EngineLog(tmp_path / "logs")
+    sup = EngineSupervisor(plan, log)
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.FAILED, timeout=60)
+    sup.request("stop")
+    await run
+    log.close()
+    error = sup.snapshot().last_error
+    assert error is not None and "not ready within 3s" in error and "Errno 24" not in error, error
+    assert "Errno 24" in log.path.read_text()
 
 
 async def test_not_ready_within_the_budget_fails(supervisor: Factory) -> None:

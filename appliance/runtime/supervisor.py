@@ -39,8 +39,11 @@ _STABLE_FACTOR = 10  # ready this many max-backoffs counts as recovered from a c
 _CAUSE_SCAN = 300  # engine lines searched for the exception that explains a failure
 # "ValueError: ...", "OSError: [Errno 98] Address already in use", "RuntimeError: ..."
 _EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .*")
-# Wrappers vLLM logs around the real error (and on every shutdown); they never explain a failure.
-_WRAPPER_NOISE = re.compile(r"EngineDeadError|EngineCore encountered an issue|Engine core initialization failed")
+# Lines that name an error without being one: vLLM's wrappers around the real error (logged on every
+# shutdown too) and its boot-time advice that a low fd limit "can cause ... OSError: [Errno 24]".
+_NOT_A_CAUSE = re.compile(
+    r"EngineDeadError|EngineCore encountered an issue|Engine core initialization failed|Found ulimit of \d+"
+)
 HISTORY = 200
 """Lifecycle events a supervisor keeps (the oldest go first): a crash loop must not grow memory."""
 
@@ -232,7 +235,7 @@ class EngineSupervisor:
         fault = next((f for line in reversed(recent) if (f := self._faults.classify(line))), None)
         if fault is not None:
             return f"cause: {fault.render()}"
-        errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _WRAPPER_NOISE.search(line)]
+        errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _NOT_A_CAUSE.search(line)]
         if errors:
             return f"cause: {errors[-1].strip()}"
         return "last lines: " + " | ".join(recent[-5:])
