@@ -7,8 +7,10 @@ instance out of rotation before it drains, and puts it back when it is ready aga
 meet a closed connection or a 502/503 before any byte came back are retried on another instance.
 
 HAProxy was chosen over vllm-router because it checks an address and port other than the one it
-routes to (`check addr … port …`), which is what lets the control API's readiness lead a drain;
-it is a Debian package, not a build.
+routes to (`check addr … port …`), which is what lets the control API's readiness lead a drain.
+vllm-router 0.1.17 (PyPI, checked with its `--help`) health-checks only a path on the worker URL it
+routes to (`--health-check-endpoint`, default /health, every whole second at best, 3 failures by
+default), and vLLM's /health stays 200 while it drains. HAProxy is a Debian package, not a build.
 """
 
 from __future__ import annotations
