@@ -20,6 +20,7 @@ import pytest
 from appliance.preflight.api_contract import CONTRACT_FILE
 
 from .appliance_process import ENGINE_TESTS, Served, running_appliance
+from .helpers import TINY
 
 pytestmark = ENGINE_TESTS
 HF_SECRET = "hf_" + secrets.token_hex(12)
@@ -37,8 +38,9 @@ def check(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
         "HF_TOKEN": HF_SECRET,
         "APPLIANCE_CACHE_DIR": str(served.cache),
     }
+    port = served.engine_url.rsplit(":", 1)[1]
     return subprocess.run(
-        [sys.executable, "-m", "appliance.cli", "check", f"serving.port={served.engine_url.rsplit(':', 1)[1]}", *args],
+        [sys.executable, "-m", "appliance.cli", "check", TINY, f"serving.port={port}", *args],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

@@ -28,7 +28,7 @@ from appliance.loadtest.run import LoadTarget, run_loadtest
 from appliance.loadtest.workload import plan_requests
 
 from .appliance_process import ENGINE_TESTS
-from .helpers import free_port
+from .helpers import TINY, free_port
 
 pytestmark = ENGINE_TESTS
 FEATURES = ("workload.structured_output_share=0.25", "workload.logprobs_share=0.25",
@@ -106,7 +106,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     engine_port, control_port = free_port(), free_port()
     env = os.environ | {"APPLIANCE_TOKEN": secrets.token_urlsafe(16), "APPLIANCE_CACHE_DIR": str(tmp / "cache")}
     with (tmp / "serve.out").open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "serve", f"serving.port={engine_port}",
+        proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "serve", TINY, f"serving.port={engine_port}",
                                  f"control.port={control_port}"], env=env, stdout=sink, stderr=sink)  # fmt: skip
     url = f"http://127.0.0.1:{engine_port}"
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import free_port, group_gone
+from .helpers import TINY, free_port, group_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
@@ -67,7 +67,7 @@ def test_serve_notifies_ready_every_state_and_stopping(notify_socket: socket.soc
         "APPLIANCE_STATE_DIR": str(tmp_path / "state"),
         "APPLIANCE_LOG_DIR": str(tmp_path / "logs"),
     }
-    command = [sys.executable, "-m", "appliance.cli", "serve", "mesh=cpu", f"serving.port={free_port()}",
+    command = [sys.executable, "-m", "appliance.cli", "serve", "mesh=cpu", TINY, f"serving.port={free_port()}",
                f"control.port={control}"]  # fmt: skip
     with (tmp_path / "serve.out").open("wb") as sink:
         proc = subprocess.Popen(command, env=env, stdout=sink, stderr=sink)

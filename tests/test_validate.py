@@ -99,6 +99,7 @@ def test_context_above_the_row_names_the_limit_and_bigger_meshes(matrix: Compati
             [
                 "mesh=cpu",
                 "engine=cpu",
+                "model=tiny",
                 "~engine.env.VLLM_CPU_KVCACHE_SPACE",
                 "engine.extra_args=[--kv-cache-memory-bytes,524288]",
             ],
@@ -178,6 +179,7 @@ def test_a_cpu_kv_pool_close_to_the_context_is_a_warning(matrix: CompatibilityMa
             [
                 "mesh=cpu",
                 "engine=cpu",
+                "model=tiny",
                 "~engine.env.VLLM_CPU_KVCACHE_SPACE",
                 "engine.extra_args=[--kv-cache-memory-bytes,1572864]",
             ]
