@@ -31,8 +31,9 @@ $(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
 	$(TTNN_ENGINE)/bin/python -I -c "import ttnn" > /dev/null 2>&1
 	touch $@
 
+# SERVE_ARGS: overrides for `appliance serve`, e.g. make serve SERVE_ARGS="model=tiny serving.port=8001".
 serve: setup engine-cpu
-	$(BIN)/appliance serve
+	$(BIN)/appliance serve $(SERVE_ARGS)
 
 test: lint engine-cpu engine-ttnn
 	$(BIN)/pytest
@@ -46,6 +47,7 @@ lint: setup
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
 	$(BIN)/python bench/serve_overhead.py
+	$(BIN)/python bench/embedded_default.py
 	$(BIN)/python bench/console_cpu.py
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py

@@ -56,11 +56,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="validate runs per mistake (the engine runs once)")
     args = parser.parse_args()
-    plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu"]), load_matrix()))
+    plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu", "model=tiny"]), load_matrix()))
     ensure_model(plan)
     env = dict(os.environ)
     for name, (overrides, flags) in MISTAKES.items():
-        command = [sys.executable, "-m", "appliance.cli", "validate", "mesh=cpu", *overrides]
+        command = [sys.executable, "-m", "appliance.cli", "validate", "mesh=cpu", "model=tiny", *overrides]
         runs = [timed(command, env) for _ in range(args.rounds)]
         if any(code != 2 for _, code in runs):
             raise SystemExit(f"{name}: validate did not refuse the config")
