@@ -3,7 +3,7 @@
 Each mistake is made the same way in both, on the embedded tiny model, and both run as cold
 processes side by side in one run:
 - an over-long context (65536 tokens; the model and its row allow 2048);
-- a KV pool too small for the context (--kv-cache-memory-bytes 524288: 896 usable tokens < 2048;
+- a KV pool too small for the context (--kv-cache-memory-bytes 524288: 496 usable tokens < 2048;
   VLLM_CPU_KVCACHE_SPACE is unset for it, since vLLM lets that variable overwrite the flag).
 Target: validate < 1 s and >= 30x faster than the engine's own refusal.
 """

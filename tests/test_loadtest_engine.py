@@ -44,8 +44,8 @@ def appliance(*args: str, env: dict[str, str], timeout: float) -> subprocess.Com
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("compare")
     env = os.environ | {"APPLIANCE_CACHE_DIR": str(tmp / "cache")}
-    done = appliance("loadtest", "workload=stall-probe", "--compare-scheduler", "--out", str(tmp / "out"), env=env,
-                     timeout=1800)  # fmt: skip
+    done = appliance("loadtest", "workload=stall-probe", TINY, "--compare-scheduler", "--out", str(tmp / "out"),
+                     env=env, timeout=1800)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp / "out", tmp / "cache"
 

@@ -20,6 +20,7 @@ from appliance.compat.contract import (
     check_tt_options,
     cpu_kv_cache_bytes,
     flag_names,
+    kv_dtype_scale,
 )
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
 from appliance.config.schema import STATUS_ORDER, ApplianceConfig, ComposedConfig, EngineKind
@@ -357,7 +358,8 @@ def _kv_pool(cfg: ApplianceConfig, e: _Entry, engine: EngineKind, per_rank_seqs:
     pool_bytes = cpu_kv_cache_bytes(cfg.engine.extra_args, {**e.row.env, **cfg.engine.env})
     if engine == "cpu" and pool_bytes is not None and e.checkpoint.kv_bytes_per_token:
         # vLLM keeps one block back as its null block.
-        blocks = pool_bytes // (e.checkpoint.kv_bytes_per_token * CPU_KV_BLOCK) - 1
+        per_token = e.checkpoint.kv_bytes_per_token * kv_dtype_scale(cfg.engine.extra_args)
+        blocks = pool_bytes // (per_token * CPU_KV_BLOCK) - 1
         return max(blocks, 0) * CPU_KV_BLOCK, CPU_KV_BLOCK
     return None
 
