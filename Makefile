@@ -1,14 +1,17 @@
 # Two commands on a fresh machine: `make serve` (embedded default) and `make test` (everything).
+# While editing: `make test-fast` (no engine, < 2 min) and `make test-engine` (the engine tier, < 8 min).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CPU_ENGINE := .engines/cpu
 TTNN_ENGINE := .engines/ttnn
+# The gateway's balancer (Debian's haproxy); the tests front two appliances with it.
+HAPROXY := /usr/sbin/haproxy
 # ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 
 
-.PHONY: serve test lint bench soak engine-cpu engine-ttnn setup
+.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy
 
 setup: $(VENV)/.installed
 
@@ -31,12 +34,26 @@ $(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
 	$(TTNN_ENGINE)/bin/python -I -c "import ttnn" > /dev/null 2>&1
 	touch $@
 
+haproxy: $(HAPROXY)
+
+$(HAPROXY):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy > /dev/null
+
 # SERVE_ARGS: overrides for `appliance serve`, e.g. make serve SERVE_ARGS="model=tiny serving.port=8001".
 serve: setup engine-cpu
 	$(BIN)/appliance serve $(SERVE_ARGS)
 
-test: lint engine-cpu engine-ttnn
-	$(BIN)/pytest
+# CI: lint, then both tiers in one run, with the "ci" Hypothesis profile (1,000 examples per generated-input test).
+test: lint engine-cpu engine-ttnn haproxy
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest
+
+# Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
+test-fast: setup
+	$(BIN)/pytest -m "not engine"
+
+# Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).
+test-engine: setup engine-cpu engine-ttnn haproxy
+	$(BIN)/pytest -m engine
 
 lint: setup
 	$(BIN)/ruff check appliance tui tests bench build engine_plugins
@@ -52,6 +69,7 @@ bench: setup engine-cpu
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py
+	$(BIN)/python bench/scheduler_stalls.py
 
 # The reliability soak (10 minutes of the mixed workload with the console poller attached).
 soak: setup engine-cpu

@@ -1,4 +1,4 @@
-"""Typed YAML data files under build/ (pin manifests, plugin compat data, release lists)."""
+"""Typed YAML data files under build/ (pin manifests, plugin states, compat data, release lists)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,18 @@ T = TypeVar("T")
 
 
 def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) -> T:
-    """Parse `path` into `adapter`'s type; `<kind>-missing` or `<kind>-invalid` name the file otherwise."""
+    """Parse `path` into `adapter`'s type; `<kind>-missing` or `<kind>-invalid` name the file otherwise.
+
+    A schema mismatch gives one problem per wrong key, each keyed `<file>:<dotted.key>`.
+    """
     try:
         return adapter.validate_python(yaml.safe_load(path.read_text()))
     except FileNotFoundError:
         raise ConfigError((Problem(f"{kind}-missing", str(path), f"no {what}"),)) from None
-    except (yaml.YAMLError, ValidationError) as err:
+    except yaml.YAMLError as err:
         raise ConfigError((Problem(f"{kind}-invalid", str(path), " ".join(str(err).split())),)) from None
+    except ValidationError as err:
+        raise ConfigError(tuple(
+            Problem(f"{kind}-invalid", f"{path}:{'.'.join(map(str, e['loc'])) or '<top>'}", " ".join(e["msg"].split()))
+            for e in err.errors()
+        )) from None  # fmt: skip

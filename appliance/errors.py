@@ -3,7 +3,8 @@
 ApplianceError
 ├── ConfigError    the composed config is invalid; carries every Problem found
 ├── LaunchError    a valid plan cannot be started here (no device, lock held, no engine)
-└── EngineError    the engine failed after it was started
+├── EngineError    the engine failed after it was started
+└── ApiError       an appliance's control API could not be reached, refused, or answered nonsense
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ApplianceError", "ConfigError", "EngineError", "LaunchError", "Problem", "Severity"]
+__all__ = ["ApiError", "ApplianceError", "ConfigError", "EngineError", "LaunchError", "Problem", "Severity"]
 
 Severity = Literal["error", "warning"]
 
@@ -25,6 +26,8 @@ class Problem:
     message: str
     fix: str = ""
     severity: Severity = "error"
+    rule: str = ""
+    """The plugin-state rule behind it (build/tt/plugin-states), when there is one."""
 
     def render(self) -> str:
         """The one-line form the CLI prints."""
@@ -50,3 +53,14 @@ class LaunchError(ApplianceError):
 
 class EngineError(ApplianceError):
     """The engine process failed after it was spawned."""
+
+
+class ApiError(ApplianceError):
+    """A control API call failed; the message names the appliance and the reason, on one line."""
+
+    def __init__(self, appliance: str, reason: str, status: int | None = None) -> None:
+        self.appliance = appliance
+        self.reason = reason
+        self.status = status
+        """The HTTP status the appliance answered with; None when it was not reached."""
+        super().__init__(f"{appliance}: {reason}")

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from appliance.compat.adjust import PlannedAdjustment, plugin_adjustments
+from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
 from appliance.config.schema import ControlConfig, EngineKind, SupervisorConfig
 from appliance.errors import Problem
@@ -27,7 +29,6 @@ ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # Engine-side code (it imports vLLM), put on the engine's PYTHONPATH when a config needs it.
 ENGINE_PLUGINS = engine_plugins_dir()
 PHASED_MODULE = "appliance_phased.scheduler"
-_RPC_TIMEOUT_MS = {"single": "100000", "lanes": "900000"}  # plugin README: model load + trace capture
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,10 @@ class LaunchPlan:
     max_concurrency: int
     """Concurrent sequences for the whole system, after row defaults (all data-parallel ranks)."""
     warnings: tuple[Problem, ...]
+    plugin_state: str | None = None
+    """The vllm-tt-plugin state the plan was judged under (`vllm-X@commit`), None on the CPU engine."""
+    adjustments: tuple[PlannedAdjustment, ...] = ()
+    """What the plugin changes at boot: set explicitly by the plan, or listed here as the plugin's doing."""
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -93,11 +98,14 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     served = cfg.model.served_name or cfg.model.checkpoint
     probe_host = "127.0.0.1" if cfg.serving.host in ("0.0.0.0", "::") else cfg.serving.host
     base_url = f"http://{probe_host}:{cfg.serving.port}"
+    own_args, env = _engine_args(validated, model_path, served), _engine_env(validated)
+    state = validated.state
+    reads = () if state is None else tuple(check_plan_reads((a for a in own_args if a.startswith("-")), env, state))
     return LaunchPlan(
         engine=validated.engine,
         python=python,
-        argv=(python, "-m", ENGINE_MODULE, *_engine_args(validated, model_path, served)),
-        env=MappingProxyType(_engine_env(validated)),
+        argv=(python, "-m", ENGINE_MODULE, *own_args, *validated.extra_args),
+        env=MappingProxyType(env),
         secret_env=MappingProxyType(_secret_env(validated)),
         model_path=model_path,
         generate=generate,
@@ -121,7 +129,9 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         resolved=MappingProxyType(_flatten(to_jsonable_python(cfg), "")),
         max_context=validated.max_context,
         max_concurrency=validated.max_concurrency,
-        warnings=validated.warnings,
+        warnings=validated.warnings + reads,
+        plugin_state=state.name if state else None,
+        adjustments=plugin_adjustments(validated),
     )
 
 
@@ -143,6 +153,7 @@ def _flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
+    """The appliance's own flags (engine.extra_args follow them in argv)."""
     cfg = v.config
     args = [
         "--model",
@@ -168,13 +179,28 @@ def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
         args += ["--data-parallel-size", str(v.data_parallel)]
     if v.engine == "tt" and v.tt_options:
         args += ["--additional-config", json.dumps({"tt": dict(v.tt_options)}, sort_keys=True)]
+    if cfg.features.speculative != "off":
+        spec = {"method": cfg.features.speculative, "num_speculative_tokens": cfg.features.speculative_tokens}
+        args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
     if _phased(v):
+        scheduler = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
+        args += ["--scheduler-cls", f"{PHASED_MODULE}.{scheduler}"]
+    return args + _chunked_prefill_args(v)
+
+
+def _chunked_prefill_args(v: ValidatedConfig) -> list[str]:
+    """Chunked prefill as it will run: off with a whole-prompt budget wherever it will be off anyway.
+
+    The TT plugin switches it off (and raises the budget) for a class that cannot resume a split
+    prefill; saying so in the plan keeps the plan the configuration that runs.
+    """
+    if v.chunked_prefill is False:
         # One step prefills a whole prompt, so the token budget must hold the longest one.
         budget = max(v.max_context, v.max_concurrency // v.data_parallel)
-        scheduler = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
-        args += ["--scheduler-cls", f"{PHASED_MODULE}.{scheduler}", "--no-enable-chunked-prefill",
-                 "--max-num-batched-tokens", str(budget)]  # fmt: skip
-    return [*args, *cfg.engine.extra_args]
+        return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
+    if v.config.features.chunked_prefill and v.engine == "cpu":
+        return ["--enable-chunked-prefill"]
+    return []
 
 
 def _phased(v: ValidatedConfig) -> bool:
@@ -189,7 +215,8 @@ def _engine_env(v: ValidatedConfig) -> dict[str, str]:
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.model.checkpoint)
         env |= {
             "MESH_DEVICE": cfg.mesh.mesh_device or "",
-            "VLLM_RPC_TIMEOUT": _RPC_TIMEOUT_MS["lanes" if v.lane_dp else "single"],
+            # Model load, warmup and trace capture come before the engine core's ready handshake.
+            "VLLM_ENGINE_READY_TIMEOUT_S": str(int(cfg.engine.ready_timeout_s)),
             "VLLM_USE_V2_MODEL_RUNNER": "0",
             "TT_CACHE_PATH": str(Path(cfg.paths.cache_dir) / "tt" / slug / cfg.mesh.option),
         }
@@ -204,4 +231,4 @@ def _secret_env(v: ValidatedConfig) -> dict[str, str]:
     secrets = {"HF_TOKEN": cfg.site.hf_token_env}
     if cfg.serving.api_key_env:
         secrets["VLLM_API_KEY"] = cfg.serving.api_key_env
-    return secrets
+    return secrets | dict(cfg.engine.secret_env)

@@ -32,9 +32,11 @@ from appliance.runtime.supervisor import EngineSupervisor
 __all__ = [
     "RECIPES",
     "ControlToken",
+    "EmbeddedServer",
     "bind_control_socket",
     "control_token",
     "ensure_model",
+    "hold_locks",
     "host_locks",
     "preflight",
     "run_service",
@@ -113,25 +115,32 @@ def host_locks(plan: LaunchPlan, host: HostFacts) -> Iterator[None]:
     names = [f"port-{plan.port}", f"port-{plan.control.port}"]
     if plan.engine == "tt":
         names.append(device_lock_name(host.boards))
-    lock_dir = Path(plan.state_dir) / "locks"
+    with hold_locks(names, Path(plan.state_dir), f"site {plan.site}, {plan.checkpoint}"):
+        yield
+
+
+@contextlib.contextmanager
+def hold_locks(names: Sequence[str], state_dir: Path, owner: str) -> Iterator[None]:
+    """Hold the named exclusive locks under `state_dir`/locks, or refuse naming the holder."""
+    lock_dir = state_dir / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         for name in names:
             lock = filelock.FileLock(lock_dir / f"{name}.lock", timeout=0)
-            owner = lock_dir / f"{name}.owner"
+            record = lock_dir / f"{name}.owner"
             try:
                 stack.enter_context(lock)
             except filelock.Timeout:
-                holder = owner.read_text().strip() if owner.is_file() else "unknown"
+                holder = record.read_text().strip() if record.is_file() else "unknown"
                 raise LaunchError(
                     f"{name} is already held by another appliance ({holder}); stop it first or change "
                     "serving.port / control.port"
                 ) from None
-            owner.write_text(f"pid {os.getpid()}, site {plan.site}, {plan.checkpoint}\n")
+            record.write_text(f"pid {os.getpid()}, {owner}\n")
         yield
 
 
-class _EmbeddedServer(uvicorn.Server):
+class EmbeddedServer(uvicorn.Server):
     """uvicorn without its own signal handling: the appliance's loop owns SIGTERM/SIGINT."""
 
     @contextlib.contextmanager
@@ -158,7 +167,7 @@ async def run_service(plan: LaunchPlan, token: str, control: socket.socket, chec
     sup = EngineSupervisor(plan, engine_log)
     notifier = lifecycle_notifier(os.environ)
     if notifier is not None:
-        sup.listeners.append(notifier.on_event)
+        sup.subscribe(notifier.on_event)
     config = uvicorn.Config(
         create_app(sup, token, checks),
         host=plan.control.host,
@@ -166,7 +175,7 @@ async def run_service(plan: LaunchPlan, token: str, control: socket.socket, chec
         log_level="warning",
         lifespan="off",
     )
-    server = _EmbeddedServer(config)
+    server = EmbeddedServer(config)
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
 

@@ -5,7 +5,8 @@ Boots `appliance serve` (CPU engine), keeps a light steady load on it (so rates,
 the log stream all move), and runs both viewers as real processes in their own pseudo-terminals
 (140x48), exactly as an operator would start them. CPU is user+system time from /proc over the
 measurement window, after a warm-up that excludes start-up imports. The appliance's own CPU is
-reported too, since the console's polls (state, host, the /metrics relay, the log stream) land there.
+reported too, since the console's polls land there: state, host, the log stream, and /load, for
+which the appliance scrapes and summarises its engine's /metrics (the console no longer parses them).
 Target: console <= 3 % of one core.
 """
 
@@ -29,10 +30,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
+import psutil
+
+from appliance.control.client import ApiError, SyncControlClient, Target
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
-TICK = os.sysconf("SC_CLK_TCK")
 Popen = subprocess.Popen[bytes]
 
 
@@ -45,9 +48,9 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process (fields 14 and 15 of /proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """User + system CPU of one process."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 @contextlib.contextmanager
@@ -105,9 +108,9 @@ def served(env: dict[str, str], engine_port: int, control_port: int) -> Iterator
 
 def ready(control_port: int, token: str) -> bool:
     try:
-        reply = httpx.get(f"http://127.0.0.1:{control_port}/state", headers={"Authorization": f"Bearer {token}"})
-        return reply.status_code == 200 and reply.json()["state"] == "ready"
-    except httpx.HTTPError:
+        with SyncControlClient(Target("appliance", f"http://127.0.0.1:{control_port}", token)) as api:
+            return api.state().state == "ready"
+    except ApiError:
         return False
 
 

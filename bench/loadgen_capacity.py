@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
 import sys
 import time
-from pathlib import Path
 
+import psutil
 from aiohttp import web
 
 from appliance.config.compose import compose_config
@@ -82,8 +81,9 @@ def serve(port: int, interval_s: float) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU of one process."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 async def measure(url: str, streams: int, args: argparse.Namespace, server_pid: int) -> None:

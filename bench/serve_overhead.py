@@ -22,8 +22,9 @@ import httpx
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
+from appliance.control.client import ApiError, SyncControlClient, Target
 from appliance.plan import LaunchPlan, build_plan
-from appliance.runtime.supervisor import engine_environment
+from appliance.runtime.spawn import engine_environment
 from appliance.serve import ensure_model
 
 MODEL = "appliance/tiny-llama"
@@ -89,9 +90,9 @@ def supervised(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float
 
     def ready() -> bool:
         try:
-            state = httpx.get(f"{control}/state", headers={"Authorization": f"Bearer {token}"}, timeout=2)
-            return state.json()["state"] == "ready"
-        except (httpx.HTTPError, ValueError):
+            with SyncControlClient(Target("appliance", control, token), timeout_s=2) as api:
+                return api.state().state == "ready"
+        except ApiError:
             return False
 
     proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "serve", *TINY],

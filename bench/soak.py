@@ -19,32 +19,31 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
+from appliance.control.client import ControlClient, Target
 from appliance.loadtest.report import load_report
-from appliance.observe.fleet import Target
 from tests.appliance_process import start_appliance, stop_appliance
-from tui.client import ConsoleClient
+from tui.poll import poll
 
 
 def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    return int(psutil.Process(pid).memory_info().rss // 1024)
 
 
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    return int(psutil.Process(pid).num_fds())
 
 
 async def watch(target: Target, seconds: float, pid: int) -> tuple[list[tuple[float, int, int]], int, int]:
     """Poll like the console (1 s, detail every 3rd) and run `appliance status` every 10 s."""
-    client = ConsoleClient([target])
+    client = ControlClient([target])
     samples: list[tuple[float, int, int]] = []
     polls = statuses = 0
     start = time.monotonic()
     try:
         while time.monotonic() - start < seconds:
-            await client.poll(target.name, detail=polls % 3 == 0)
+            await poll(client, target.name, detail=polls % 3 == 0)
             polls += 1
             if polls % 10 == 0:
                 env = os.environ | {"APPLIANCE_TOKEN": target.token}

@@ -20,7 +20,7 @@ from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.plan import LaunchPlan, build_plan
-from appliance.runtime.supervisor import engine_environment
+from appliance.runtime.spawn import engine_environment
 from appliance.serve import ensure_model
 
 MISTAKES: dict[str, tuple[list[str], dict[str, str]]] = {

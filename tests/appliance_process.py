@@ -1,5 +1,4 @@
-"""A real `appliance serve` process for end-to-end tests, and the marker that skips them
-where the CPU engine environment has not been built."""
+"""A real `appliance serve` process for end-to-end tests (conftest's shared appliances start theirs here)."""
 
 from __future__ import annotations
 
@@ -12,22 +11,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 from openai import OpenAI
+
+from appliance.control.client import ApiError, SyncControlClient, Target
+from appliance.control.documents import StateDocument
 
 from .helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_TESTS = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+MODEL = "appliance/tiny-llama"
+KEY_ENV, API_KEY = "SITE_OPENAI_KEY", "sk-reliability-test"
+"""The restartable appliance's engine port takes this key, read from the variable named KEY_ENV."""
 
 
 @dataclass
@@ -38,29 +34,39 @@ class Served:
     token: str
     cache: Path
     output: Path
+    boot_log: str = ""
+    """`GET /logs?tail=500` as soon as it was ready: a shared appliance's later traffic pushes its boot out of /logs."""
+
+    def api(self, token: str | None = None) -> SyncControlClient:
+        """The control client, with the appliance's token or the one given."""
+        return SyncControlClient(Target("appliance", self.control_url, self.token if token is None else token),
+                                 timeout_s=30.0)  # fmt: skip
 
     def control(self, method: str, path: str, token: str | None = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
-        return httpx.request(method, f"{self.control_url}{path}", headers=headers, timeout=30.0)
+        """The raw answer, for tests of the API's status codes and pages."""
+        with self.api(token) as api:
+            return api.request(method, path)
 
-    def state(self) -> dict[str, Any]:
-        document: dict[str, Any] = self.control("GET", "/state").json()
-        return document
+    def state(self) -> StateDocument:
+        with self.api() as api:
+            return api.state()
 
-    def wait_for(self, *states: str, timeout: float = 300.0) -> dict[str, Any]:
+    def wait_for(self, *states: str, timeout: float = 300.0) -> StateDocument:
         deadline = time.monotonic() + timeout
-        state: dict[str, Any] = {"state": "unreachable"}
+        last = "unreachable"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"appliance exited {self.proc.returncode}:\n{self.output.read_text()[-3000:]}")
             try:
                 state = self.state()
-            except httpx.HTTPError:
-                state = {"state": "unreachable"}
-            if state["state"] in states:
-                return state
+            except ApiError:
+                last = "unreachable"
+            else:
+                if state.state in states:
+                    return state
+                last = state.state
             time.sleep(0.5)
-        raise AssertionError(f"never reached {states}; last state {state['state']}")
+        raise AssertionError(f"never reached {states}; last state {last}")
 
     def client(self, api_key: str = "unused") -> OpenAI:
         return OpenAI(base_url=f"{self.engine_url}/v1", api_key=api_key, max_retries=0, timeout=120.0)
@@ -87,7 +93,8 @@ def start_appliance(
     served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
                     tmp / "cache", output)  # fmt: skip
     try:
-        served.wait_for("ready")
+        served.wait_for("ready", timeout=600.0)  # the engine's own ready_timeout_s: boots crawl on a busy host
+        served.boot_log = served.control("GET", "/logs?tail=500").text
     except BaseException:
         stop_appliance(served)
         raise
@@ -114,3 +121,11 @@ def running_appliance(
         yield served
     finally:
         stop_appliance(served)
+
+
+def revive(served: Served) -> None:
+    """Wait out whatever the appliance is doing, restart its engine if it is stopped or failed, until ready."""
+    state = served.wait_for("ready", "stopped", "failed")
+    if state.state != "ready":
+        assert served.control("POST", "/restart").status_code == 202
+        served.wait_for("ready")

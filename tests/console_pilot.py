@@ -11,29 +11,16 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
 
-from appliance.observe.fleet import Target
+from appliance.control.client import ControlClient, Target
 from tui.app import ConsoleApp, make_console
-from tui.client import ConsoleClient
 
 from .recorded_appliance import Recorded
 
 
-class StepClock:
-    """One recorded page per second: every poll of `appliances` reachable appliances is one tick."""
-
-    def __init__(self, appliances: int) -> None:
-        self._calls = 0
-        self._per_tick = appliances
-
-    def __call__(self) -> float:
-        self._calls += 1
-        return float((self._calls - 1) // self._per_tick)
-
-
 def recorded_console(*recorded: Recorded, extra: Sequence[Target] = (), read_only: bool = False) -> ConsoleApp:
+    """The console watching recorded appliances (each one recorded page further per poll), then `extra`."""
     targets = [Target(f"recorded-{i}", r.url, r.token) for i, r in enumerate(recorded)]
-    client = ConsoleClient([*targets, *extra], clock=StepClock(len(recorded)))
-    return make_console(client, read_only=read_only, refresh_s=0)
+    return make_console(ControlClient([*targets, *extra]), read_only=read_only, refresh_s=0)
 
 
 async def poll(pilot: Pilot[None], times: int = 1) -> None:

@@ -1,15 +1,20 @@
-"""Test helpers: free ports, plans pointed at a child script, waiting on lifecycle states."""
+"""Test helpers: free ports, plans pointed at a child script, waiting on lifecycle states, the CLI in-process."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import pytest
+
+from appliance.cli.main import main
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
@@ -60,9 +65,9 @@ def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **
 async def wait_for(sup: EngineSupervisor, *states: EngineState, timeout: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while sup.state not in states:
+    while (state := sup.snapshot().state) not in states:
         if loop.time() > deadline:
-            raise AssertionError(f"state stayed {sup.state.value}, wanted {[s.value for s in states]}")
+            raise AssertionError(f"state stayed {state.value}, wanted {[s.value for s in states]}")
         await asyncio.sleep(0.05)
 
 
@@ -86,3 +91,42 @@ def process_group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one `appliance` command gave, in the shape of `subprocess.CompletedProcess`."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Cli(Protocol):
+    def __call__(self, *args: str, env: Mapping[str, str] | None = None) -> Ran: ...
+
+
+def run_cli(
+    capture: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: Sequence[str], env: Mapping[str, str]
+) -> Ran:
+    """`appliance.cli.main.main(args)` with what the console script adds around it: the exit code of
+    `sys.exit`, and log records on stderr as `logging.basicConfig` would print them in a fresh process
+    (here pytest's own handlers already sit on the root logger, so basicConfig is a no-op)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    capture.readouterr()
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:  # argparse's usage errors
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    captured = capture.readouterr()
+    return Ran(code, captured.out, captured.err)

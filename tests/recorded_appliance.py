@@ -1,117 +1,189 @@
-"""A real HTTP server that answers like one appliance's control API, from recorded captures.
+"""The recorded appliance: the real control API (`create_app`) over real HTTP, fed with captures.
 
 The captures in tests/data/console/ were taken from a live `appliance serve` on the CPU engine
-(see the README there). Each GET /engine/metrics serves the next recorded page, so a console
-sees the load change as it did; the last page repeats. This stands in only where the live
-engine cannot give the same answers twice (snapshots, exact maths).
+(see the README there). What their real sources cannot give twice alike enters at the API's
+seams (`Sources`, and the supervisor it is handed):
+- the engine: an httpx.MockTransport answering each GET /metrics with the next recorded page (the
+  last repeats), the app's clock one second on per page, so a console sees the load change as it did;
+- the host: the recorded GET /host;
+- the supervisor: `RecordedSupervisor`, the recorded lifecycle and plan of GET /state and a real
+  EngineLog holding the recorded log; drain and restart are noted, not carried out.
+uvicorn serves the app on a free port, as `appliance serve` does: httpx.ASGITransport collects a
+whole response before returning it, so the endless /logs?follow=1 stream could not pass through it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import socket
+import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from .helpers import free_port
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from appliance.compat.matrix import load_matrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
+from appliance.control.api import create_app
+from appliance.control.sources import Sources
+from appliance.host import HostFacts
+from appliance.observe.host_usage import HostUsage
+from appliance.plan import LaunchPlan, build_plan
+from appliance.preflight.checks import CheckResult
+from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.supervisor import Command, Listener, SupervisorSnapshot
 
 DATA = Path(__file__).parent / "data" / "console"
 PAGES = tuple((DATA / f"metrics-{i}.txt").read_text() for i in range(10))
 LOG_LINES = (DATA / "logs.txt").read_text().splitlines()
+STATE: dict[str, Any] = json.loads((DATA / "state.json").read_text())
+HOST: dict[str, Any] = json.loads((DATA / "host.json").read_text())
+
+
+@functools.cache
+def recorded_plan() -> LaunchPlan:
+    """The plan the capture ran: composed as it was, with what only that machine had (paths,
+    interpreter, ports, config hash) taken from its recorded /state."""
+    plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu"]), load_matrix()))
+    return replace(
+        plan, argv=tuple(STATE["plan"]["argv"]), env=STATE["plan"]["env"], secret_env=STATE["plan"]["secret_env"],
+        base_url=STATE["engine_url"], health_url=STATE["health_url"], site=STATE["site"], family=STATE["family"],
+        checkpoint=STATE["checkpoint"], served_name=STATE["served_name"], mesh=STATE["mesh"], engine=STATE["engine"],
+        config_hash=STATE["config_hash"], max_context=STATE["max_context"], choices=STATE["choices"],
+        max_concurrency=STATE["max_concurrency"], provenance=STATE["provenance"], resolved=STATE["config"],
+    )  # fmt: skip
+
+
+class RecordedSupervisor:
+    """The recorded appliance's supervisor: its lifecycle as /state recorded it, which never changes."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.plan = recorded_plan()
+        self.log = EngineLog(log_dir)
+        for line in LOG_LINES:
+            self.log.write(line)
+        self.actions: list[Command] = []
+        events = tuple(
+            EngineEvent(e["at"], EngineState(e["from"]), EngineState(e["to"]), e["reason"]) for e in STATE["events"]
+        )
+        self._snapshot = SupervisorSnapshot(
+            EngineState(STATE["state"]), STATE["pid"], STATE["uptime_s"], STATE["restarts"], STATE["last_error"], events
+        )
+
+    def snapshot(self) -> SupervisorSnapshot:
+        return self._snapshot
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        return lambda: None  # a recording has no new events
+
+    def request(self, command: Command) -> None:
+        self.actions.append(command)
+
+
+class RecordedEngine:
+    """Answers GET /metrics with the next recorded page; its clock reads one second per page served."""
+
+    def __init__(self, pages: Sequence[str]) -> None:
+        self.pages = pages
+        self.served = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        page = self.pages[min(self.served, len(self.pages) - 1)]
+        self.served += 1
+        return httpx.Response(200, text=page, headers={"content-type": "text/plain; version=0.0.4"})
+
+    def clock(self) -> float:
+        return float(max(self.served - 1, 0))
 
 
 @dataclass
 class Recorded:
-    """What the server answers, and what it was asked to do."""
-
     token: str
-    pages: tuple[str, ...] = PAGES
-    state: dict[str, Any] = field(default_factory=lambda: json.loads((DATA / "state.json").read_text()))
-    host: dict[str, Any] = field(default_factory=lambda: json.loads((DATA / "host.json").read_text()))
-    checks: Any = None
-    """None answers 404, as an appliance without preflight results does."""
-    served: int = 0
-    actions: list[str] = field(default_factory=list)
-    url: str = ""
-    closing: threading.Event = field(default_factory=threading.Event)
+    url: str
+    supervisor: RecordedSupervisor
+    engine: RecordedEngine
 
-    def next_page(self) -> str:
-        page = self.pages[min(self.served, len(self.pages) - 1)]
-        self.served += 1
-        return page
+    @property
+    def actions(self) -> list[Command]:
+        """The drains and restarts the appliance was asked for."""
+        return self.supervisor.actions
 
 
-def _handler(rec: Recorded) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
+def recorded_sources(engine: RecordedEngine) -> Sources:
+    usage = HostUsage(**HOST["usage"])
+    facts = HostFacts(boards=(), kmd_version=HOST["devices"]["kmd_version"])  # the capture's host had no boards
+    return Sources(engine=httpx.MockTransport(engine), host=lambda: facts, usage=lambda _: usage, clock=engine.clock)
 
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            if url.path == "/livez":
-                return self._send(200, "ok")
-            if not self._authorized():
-                return None
-            routes = {"/state": lambda: rec.state, "/host": lambda: rec.host}
-            if url.path in routes:
-                return self._send(200, json.dumps(routes[url.path]()), "application/json")
-            if url.path == "/engine/metrics":
-                return self._send(200, rec.next_page())
-            if url.path == "/checks":
-                return self._send(404, "{}") if rec.checks is None else self._send(200, json.dumps(rec.checks))
-            if url.path == "/logs":
-                return self._logs(int(parse_qs(url.query).get("tail", ["200"])[0]))
-            return self._send(404, "{}")
 
-        def do_POST(self) -> None:
-            if self._authorized():
-                rec.actions.append(self.path.strip("/"))
-                self._send(202, json.dumps({"accepted": self.path.strip("/"), "state": rec.state["state"]}))
-
-        def _authorized(self) -> bool:
-            if self.headers.get("authorization") == f"Bearer {rec.token}":
-                return True
-            self._send(401, json.dumps({"error": "missing or wrong bearer token"}))
-            return False
-
-        def _logs(self, tail: int) -> None:
-            # Like the real API: the tail, then the stream stays open for new lines.
-            self.send_response(200)
-            self.send_header("content-type", "text/plain")
-            self.end_headers()
-            lines = LOG_LINES[-tail:] if tail > 0 else []
-            self.wfile.write("".join(f"{line}\n" for line in lines).encode())
-            self.wfile.flush()
-            rec.closing.wait(30)
-
-        def _send(self, code: int, body: str, kind: str = "text/plain") -> None:
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("content-type", kind)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+@dataclass
+class RecordedApi:
+    app: Starlette
+    supervisor: RecordedSupervisor
+    engine: RecordedEngine
 
 
 @contextmanager
-def recorded_appliance(token: str = "recorded-token", **answers: Any) -> Iterator[Recorded]:
-    rec = Recorded(token, **answers)
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _handler(rec))
-    server.daemon_threads = True
-    rec.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+def recorded_api(
+    token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
+) -> Iterator[RecordedApi]:
+    """The real create_app of the recorded appliance, not served (for httpx.ASGITransport)."""
+    with tempfile.TemporaryDirectory(prefix="recorded-appliance-") as tmp:
+        supervisor = RecordedSupervisor(Path(tmp))
+        engine = RecordedEngine(pages)
+        try:
+            yield RecordedApi(create_app(supervisor, token, checks, recorded_sources(engine)), supervisor, engine)
+        finally:
+            supervisor.log.close()
+
+
+@contextmanager
+def recorded_appliance(
+    token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
+) -> Iterator[Recorded]:
+    """The recorded appliance served over real HTTP."""
+    with recorded_api(token, checks, pages) as api, serving(api.app) as url:
+        yield Recorded(token, url, api.supervisor, api.engine)
+
+
+@contextmanager
+def not_an_appliance() -> Iterator[str]:
+    """A real HTTP server whose GET /state answers JSON that is no appliance's."""
+
+    async def state(_: Request) -> Response:
+        return JSONResponse({"hello": "world"})
+
+    with serving(Starlette(routes=[Route("/state", state)])) as url:
+        yield url
+
+
+@contextmanager
+def serving(app: Starlette) -> Iterator[str]:
+    """`app` served by uvicorn on a free loopback port, in a thread of its own, until the block ends."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
-        yield rec
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        rec.closing.set()
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -53,7 +53,7 @@ async def test_state_reports_the_lifecycle_and_no_secret(
 ) -> None:
     sup, client = running
     state = (await client.get("/state", headers=auth())).json()
-    assert state["state"] == "ready" and state["pid"] == sup.pid and state["restarts"] == 0
+    assert state["state"] == "ready" and state["pid"] == sup.snapshot().pid and state["restarts"] == 0
     assert [e["to"] for e in state["events"]] == ["starting", "loading", "warming", "ready"]
     assert state["plan"]["secret_env"] == {"HF_TOKEN": "HF_TOKEN"}
     assert TOKEN not in str(state)

@@ -16,17 +16,9 @@ from appliance.engines.pins import BUILD_DIR, load_pins
 from appliance.engines.upgrade import check_upgrade, load_compat
 from appliance.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
-CPU_ENGINE = ROOT / ".engines" / "cpu"
+from .helpers import Cli
+
 LOCK = BUILD_DIR / "cpu" / "requirements.lock"
-needs_cpu_engine = pytest.mark.skipif(
-    not (CPU_ENGINE / ".appliance-engine-ok").is_file(), reason="the CPU engine is not built (make engine-cpu)"
-)
-
-
-def appliance(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)  # fmt: skip
 
 
 def locked() -> dict[str, tuple[str, list[str]]]:
@@ -84,10 +76,9 @@ def test_install_sh_installs_from_the_lock_with_required_hashes() -> None:
     assert "transient.txt" in script
 
 
-@needs_cpu_engine
-def test_build_engine_cpu_runs_the_recipe_and_writes_a_manifest_that_holds() -> None:
-    manifest_file = CPU_ENGINE / MANIFEST_NAME
-    done = appliance("build", "engine=cpu", timeout=900)
+def test_build_engine_cpu_runs_the_recipe_and_writes_a_manifest_that_holds(cli: Cli, cpu_engine: Path) -> None:
+    manifest_file = cpu_engine.parent.parent / MANIFEST_NAME
+    done = cli("build", "engine=cpu")
     assert done.returncode == 0, done.stderr
     assert "pins hold" in done.stdout
     assert "up to date" in done.stderr  # install.sh's stamp check: the pins did not change
@@ -98,10 +89,10 @@ def test_build_engine_cpu_runs_the_recipe_and_writes_a_manifest_that_holds() -> 
     assert "torchvision" not in manifest["distributions"]
 
 
-def test_the_tt_dry_run_prints_the_pinned_plugin_recipe() -> None:
+def test_the_tt_dry_run_prints_the_pinned_plugin_recipe(cli: Cli) -> None:
     pins = load_pins("tt")
     assert pins.plugin is not None
-    done = appliance("build", "engine=tt", "--dry-run")
+    done = cli("build", "engine=tt", "--dry-run")
     assert done.returncode == 0, done.stderr
     script = done.stdout
     assert f"v{pins.vllm.version}/requirements/common.txt" in script
@@ -109,6 +100,7 @@ def test_the_tt_dry_run_prints_the_pinned_plugin_recipe() -> None:
     assert "VLLM_TARGET_DEVICE=empty uv pip install --python" in script
     assert f"--no-deps --no-binary vllm vllm=={pins.vllm.version}" in script
     assert f"vllm-tt-plugin@{pins.plugin.commit}" in script
+    assert "--no-deps --index-url https://download.pytorch.org/whl/cpu torchvision==0.26.0" in script
     assert script.index("--override") < script.index("VLLM_TARGET_DEVICE") < script.index("vllm-tt-plugin @")
 
 
@@ -118,8 +110,8 @@ def test_the_tt_recipe_uses_the_tt_metal_environment_when_it_is_set() -> None:
     assert recipe.manifest_path == f"/opt/tt-metal/python_env/{MANIFEST_NAME}"
 
 
-def test_a_real_tt_build_is_refused_off_a_tt_host_in_one_line() -> None:
-    done = appliance("build", "engine=tt")
+def test_a_real_tt_build_is_refused_off_a_tt_host_in_one_line(cli: Cli) -> None:
+    done = cli("build", "engine=tt")
     assert done.returncode == 3
     assert done.stderr.strip().count("\n") == 0 and "--dry-run" in done.stderr and "Traceback" not in done.stderr
 
@@ -140,26 +132,64 @@ def test_the_tt_pin_is_a_plugin_state_the_compat_data_records() -> None:
     ("target", "verdict", "code", "exit_code"),
     [
         ("0.24.0", "retired", "compat-tag", 0),
-        ("0.26.0", "commit-unknown", "commit-unknown", 2),
+        ("0.25.1", "retired", "compat-tag", 0),
+        ("0.26.0", "current", "plugin-state", 0),
         ("0.28.0", "unsupported", "plugin-unsupported", 2),
     ],
 )
 def test_check_upgrade_reports_what_moving_the_vllm_pin_takes(
-    target: str, verdict: str, code: str, exit_code: int
+    cli: Cli, target: str, verdict: str, code: str, exit_code: int
 ) -> None:
     report = check_upgrade(f"vllm={target}")
     assert report.verdict == verdict
     assert code in {p.code for p in report.findings}
-    done = appliance("build", "--check-upgrade", f"vllm={target}")
+    done = cli("build", "--check-upgrade", f"vllm={target}")
     assert done.returncode == exit_code
     assert done.stdout.startswith(f"vllm {load_pins('tt').vllm.version} -> {target}: {verdict}")
+
+
+def test_a_state_known_to_exist_without_a_recorded_commit_blocks_the_move(tmp_path: Path) -> None:
+    (tmp_path / "tt").mkdir()
+    (tmp_path / "tt" / "pins.yaml").write_text((BUILD_DIR / "tt" / "pins.yaml").read_text())
+    compat = (BUILD_DIR / "tt" / "compat.yaml").read_text()
+    (tmp_path / "tt" / "compat.yaml").write_text(
+        compat.replace(
+            "tracking:",
+            '  - {vllm: "0.27.0", commit: null, compat_tag: null, status: supported, '
+            'since: "2026-09-01", note: "recorded without its commit"}\ntracking:',
+        )
+    )
+    report = check_upgrade("vllm=0.27.0", tmp_path)
+    assert report.verdict == "commit-unknown" and report.blocked
+    assert "commit-unknown" in {p.code for p in report.findings}
+
+
+def test_check_upgrade_lists_the_sites_whose_verdict_changes_and_why(tmp_path: Path, cli: Cli) -> None:
+    """A site using a key the 0.26.0 state added is refused under 0.25.1, naming both states."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "interleave.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /mesh: t3k\nsite:\n  name: interleave\n"
+        "tt:\n  decode_interleave_prefill_steps: 4\n"
+    )
+    done = cli("build", "--check-upgrade", "vllm=0.25.1", "+model=llama", "--site-dir", str(sites))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("  site interleave: valid, ") and "-> invalid, runnable with a change" in line
+               for line in lines)  # fmt: skip
+    assert any(
+        "+ error[unsupported-feature] tt.decode_interleave_prefill_steps: not supported by vllm-tt-plugin "
+        "at e3fc849 (vLLM 0.25.1); supported from 01078a0 (vLLM 0.26.0)" in line
+        for line in lines
+    )
+    assert not any(line.startswith("  site lab-t3k") for line in lines)  # nothing it uses changed
 
 
 def test_an_unsupported_upgrade_names_the_tracking_issue() -> None:
     assert "plugin issue #47" in check_upgrade("vllm=0.28.0").findings[0].message
 
 
-def test_check_upgrade_rejects_a_malformed_request_in_one_line() -> None:
-    done = appliance("build", "--check-upgrade", "torch=2")
+def test_check_upgrade_rejects_a_malformed_request_in_one_line(cli: Cli) -> None:
+    done = cli("build", "--check-upgrade", "torch=2")
     assert done.returncode == 2
     assert done.stderr.startswith("error[bad-upgrade]") and "Traceback" not in done.stderr

@@ -1,14 +1,14 @@
-"""`appliance check` as operators run it: the real console script in a subprocess."""
+"""`appliance check` as operators run it, through the command line's own entry point (in-process)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from .helpers import free_port
+import pytest
+
+from .helpers import Cli, Ran, free_port
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 CHECK_IDS = [
@@ -17,15 +17,14 @@ CHECK_IDS = [
 ]  # fmt: skip
 
 
-def check(*args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+def check(cli: Cli, *args: str, path: str | None = None) -> Ran:
     nobody = f"http://127.0.0.1:{free_port()}"  # no engine answers: the API check is unknown, not someone else's
-    env = os.environ | ({"PATH": path} if path else {})
-    return subprocess.run([sys.executable, "-m", "appliance.cli", "check", *args, "--engine-url", nobody],
-                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    return cli("check", *args, "--engine-url", nobody, env={"PATH": path} if path else None)
 
 
-def test_the_default_config_on_this_host_is_incomplete_only_for_want_of_an_engine() -> None:
-    done = check("--json")
+@pytest.mark.usefixtures("cpu_engine", "ttnn_engine")  # the checks inspect both interpreters, and pass
+def test_the_default_config_on_this_host_is_incomplete_only_for_want_of_an_engine(cli: Cli) -> None:
+    done = check(cli, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert [c["id"] for c in report["checks"]] == CHECK_IDS
@@ -34,9 +33,9 @@ def test_the_default_config_on_this_host_is_incomplete_only_for_want_of_an_engin
     assert report["plan"]["engine"] == "cpu" and report["config"]["choices"]["mesh"] == "cpu"
 
 
-def test_a_70b_on_a_t3k_with_old_firmware_is_not_ready(tmp_path: Path) -> None:
+def test_a_70b_on_a_t3k_with_old_firmware_is_not_ready(cli: Cli, tmp_path: Path) -> None:
     script = tt_smi_script(tmp_path, f"cat {SNAPSHOT}")
-    done = check("+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+    done = check(cli, "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
                  "--host-root", str(HOSTS / "t3k"), path=f"{script.parent}:{os.environ['PATH']}")  # fmt: skip
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
@@ -48,14 +47,22 @@ def test_a_70b_on_a_t3k_with_old_firmware_is_not_ready(tmp_path: Path) -> None:
     assert lines[-1].startswith("NOT READY: a check fails")
 
 
-def test_an_unreachable_release_list_makes_cadence_unknown_not_failed(tmp_path: Path) -> None:
-    done = check("--json", "--releases", str(tmp_path / "none.yaml"))
+@pytest.mark.engine  # the pilot checks run the engines' interpreters
+def test_an_unreachable_release_list_makes_cadence_unknown_not_failed(cli: Cli, tmp_path: Path) -> None:
+    done = check(cli, "--json", "--releases", str(tmp_path / "none.yaml"))
     cadence = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "pilot.cadence")
     assert cadence["status"] == "unknown" and "none.yaml: no release list" in cadence["summary"]
 
 
-def test_bad_input_is_one_line_without_a_traceback(tmp_path: Path) -> None:
-    for args, code in ((["model=nope"], 2), (["--report", str(tmp_path / "missing" / "r.md")], 2)):
-        done = check(*args)
-        assert done.returncode == code and "Traceback" not in done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error")
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["model=nope"], id="unknown option"),
+        # The report is written after the checks ran, and so after the engines' interpreters.
+        pytest.param(["--report", "{tmp}/missing/r.md"], id="unwritable report", marks=pytest.mark.engine),
+    ],
+)
+def test_bad_input_is_one_line_without_a_traceback(cli: Cli, tmp_path: Path, args: list[str]) -> None:
+    done = check(cli, *(a.format(tmp=tmp_path) for a in args))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error")

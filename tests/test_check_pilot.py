@@ -27,27 +27,20 @@ from appliance.preflight.workload_fit import scheduler_check
 from .helpers import free_port
 from .test_check_host import given
 
-ROOT = Path(__file__).resolve().parent.parent
 OPENAPI = Path(__file__).with_name("data") / "vllm-cpu-openapi.json"
-needs_cpu_engine = pytest.mark.skipif(
-    not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-    reason="the CPU engine environment is not built (make engine-cpu)",
-)
 
 
 @pytest.fixture(scope="module")
-def cpu_env() -> EngineEnv:
-    return inspect_engine(str(ROOT / ".engines" / "cpu" / "bin" / "python"))
+def cpu_env(cpu_engine: Path) -> EngineEnv:
+    return inspect_engine(str(cpu_engine))
 
 
-@needs_cpu_engine
 def test_the_installed_vllm_core_holds_no_vendor_symbol(cpu_env: EngineEnv) -> None:
     result = isolation_check(cpu_env, None)
     assert result.status == "pass" and result.evidence["hits"] == 0
     assert result.evidence["files"] > 2000 and result.summary.endswith("core files of vllm-cpu 0.32.0")
 
 
-@needs_cpu_engine
 def test_a_copy_of_the_core_with_a_planted_vendor_symbol_fails_with_file_and_line(
     cpu_env: EngineEnv, tmp_path: Path
 ) -> None:
@@ -75,7 +68,6 @@ def test_the_scan_ignores_lookalikes_and_finds_each_vendor_name(tmp_path: Path) 
     ]  # fmt: skip
 
 
-@needs_cpu_engine
 def test_the_cpu_engine_matches_its_pins_and_drift_is_listed_after_a_version_changes(
     cpu_env: EngineEnv, tmp_path: Path
 ) -> None:

@@ -16,9 +16,10 @@ import httpx
 import pytest
 
 from appliance.control.api import create_app
+from appliance.control.site_file import load_site_file, target
 from appliance.errors import ConfigError
+from appliance.observe.alerts import alerts
 from appliance.observe.engine_metrics import parse_metrics
-from appliance.observe.fleet import alerts, load_site_file, target
 from appliance.observe.metrics_window import summarize
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState

@@ -1,45 +1,28 @@
-"""The console against a live `appliance serve` on the real CPU engine, booted once for this module.
+"""The console against live `appliance serve`s on the real CPU engine (conftest's shared appliances).
 
-The engine logs per-step details (--enable-logging-iteration-details) and stats every second, so
-the scheduler view has both its sources. Tests run in order: watch under load, then drain and
-restart through the confirmation dialog.
+It watches the read-only one under load: that engine logs per-step details
+(--enable-logging-iteration-details) and stats every second, so the scheduler view has both its
+sources. It drains and restarts the restartable one through the confirmation dialog, with streams
+in flight that must all finish.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
-from appliance.observe.fleet import Target
+from appliance.control.client import ControlClient, Target
 from tui.app import ConsoleApp, make_console
-from tui.client import ConsoleClient
 from tui.screens.logs import LogsScreen
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import SchedulerPanel
 
-from .appliance_process import ENGINE_TESTS, Served, running_appliance
+from .appliance_process import API_KEY, MODEL, Served
 from .console_pilot import shown, until
-from .test_engine_cpu import MODEL
-
-pytestmark = ENGINE_TESTS
-EXTRA = ('engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--enable-logging-iteration-details]',
-         "engine.env.VLLM_LOG_STATS_INTERVAL=1")  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    with running_appliance(tmp_path_factory.mktemp("console-live"), *EXTRA) as served:
-        yield served
 
 
 def console(live: Served) -> ConsoleApp:
-    return make_console(ConsoleClient([Target("live", live.control_url, live.token)]), refresh_s=0.5)
+    return make_console(ControlClient([Target("live", live.control_url, live.token)]), refresh_s=0.5)
 
 
 def generate(live: Served, requests: int) -> None:
@@ -55,7 +38,8 @@ def observed_first_tokens(app: ConsoleApp) -> float:
     return summary.ttft.observations if summary is not None and summary.ttft is not None else 0.0
 
 
-async def test_the_console_shows_live_load_latency_scheduler_and_logs(live: Served) -> None:
+async def test_the_console_shows_live_load_latency_scheduler_and_logs(shared_appliance: Served) -> None:
+    live = shared_appliance
     app = console(live)
     async with app.run_test(size=(140, 48)) as pilot:
         await until(lambda: (v := app.selected_view()) is not None and v.summary is not None)
@@ -73,7 +57,21 @@ async def test_the_console_shows_live_load_latency_scheduler_and_logs(live: Serv
         await until(lambda: any("POST /v1/completions" in line for line in app.log_lines()))
 
 
-async def test_drain_and_restart_from_the_console_reach_the_engine(live: Served) -> None:
+def stream_to_the_end(live: Served, i: int) -> str | None:
+    """One long streamed completion on the restartable appliance's keyed port; its finish reason."""
+    stream = live.client(API_KEY).completions.create(
+        model=MODEL, prompt=f"Request {i}", max_tokens=200, stream=True, extra_body={"ignore_eos": True}
+    )
+    finish = None
+    for chunk in stream:
+        finish = chunk.choices[0].finish_reason or finish if chunk.choices else finish
+    return finish
+
+
+async def test_drain_and_restart_from_the_console_reach_the_engine_and_let_in_flight_requests_finish(
+    restartable_appliance: Served,
+) -> None:
+    live = restartable_appliance
     app = console(live)
     async with app.run_test(size=(140, 48)) as pilot:
 
@@ -82,16 +80,12 @@ async def test_drain_and_restart_from_the_console_reach_the_engine(live: Served)
             return view.polled.state.state if view is not None and view.polled.state is not None else None
 
         await until(lambda: state() == "ready")
-        await pilot.press("d", "y")
+        with ThreadPoolExecutor(8) as pool:
+            streams = [asyncio.wrap_future(pool.submit(stream_to_the_end, live, i)) for i in range(8)]
+            await asyncio.sleep(1.0)
+            await pilot.press("d", "y")
+            finishes = await asyncio.wait_for(asyncio.gather(*streams), timeout=120)
+        assert finishes == ["length"] * 8
         await until(lambda: state() == "stopped", timeout=120)
         await pilot.press("r", "y")
         await until(lambda: state() == "ready", timeout=300)
-
-
-def test_status_prints_the_load_summary_for_scripts(live: Served) -> None:
-    done = subprocess.run([sys.executable, "-m", "appliance.cli", "status", "--url", live.control_url, "--json"],
-                          env=os.environ | {"APPLIANCE_TOKEN": live.token}, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    load = json.loads(done.stdout)["load"]
-    assert load["window_s"] is None and load["running"] == 0 and load["missing"] == []

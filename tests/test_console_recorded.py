@@ -1,4 +1,5 @@
-"""The console under Pilot against recorded appliances served over real HTTP (tests/recorded_appliance.py)."""
+"""The console under Pilot against recorded appliances: the real control API over real HTTP, fed with
+captures at its seams (tests/recorded_appliance.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ import termios
 import time
 from collections.abc import Callable
 
-from pydantic_core import to_jsonable_python
 from textual.widgets import DataTable, Input, Log
 
-from appliance.observe.fleet import Target
+from appliance.control.client import Target
 from appliance.preflight.checks import check
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.fleet import FleetScreen
@@ -27,7 +27,7 @@ from tui.widgets.panels import ChecksPanel, DevicesPanel, LatencyPanel, Schedule
 
 from .console_pilot import poll, recorded_console, shown, until
 from .helpers import free_port
-from .recorded_appliance import LOG_LINES, recorded_appliance
+from .recorded_appliance import LOG_LINES, not_an_appliance, recorded_appliance
 
 SIZE = (140, 48)
 
@@ -55,8 +55,7 @@ async def test_preflight_checks_are_shown_when_the_appliance_has_them() -> None:
         check("kmd", "KMD version", "pass", "2.4.1 meets the row's 2.1.0", kmd="2.4.1"),
         check("hugepages", "1G hugepages", "fail", "0 of 4 reserved", "Reserve 1G hugepages", blocking=True),
     ]
-    # The body GET /checks sends: the real CheckResult type, serialised as the API does.
-    with recorded_appliance(checks={"checks": to_jsonable_python(results, fallback=dict)}) as rec:
+    with recorded_appliance(checks=results) as rec:
         app = recorded_console(rec)
         async with app.run_test(size=SIZE) as pilot:
             await poll(pilot)
@@ -88,8 +87,8 @@ def one_key(table: DataTable[object], name: str) -> str:
 
 
 async def test_a_server_that_is_not_an_appliance_is_listed_with_what_it_answered() -> None:
-    with recorded_appliance() as good, recorded_appliance(state={"hello": "world"}) as odd:
-        app = recorded_console(good, odd)
+    with recorded_appliance() as good, not_an_appliance() as odd:
+        app = recorded_console(good, extra=[Target("recorded-1", odd, "x")])
         async with app.run_test(size=SIZE) as pilot:
             await poll(pilot)
             table = app.screen.query_one(DataTable)

@@ -1,7 +1,7 @@
 """SVG snapshots of the console's main screens (pytest-textual-snapshot).
 
-Deterministic by construction: recorded captures served over real HTTP, one recorded page per
-poll tick (StepClock), a fixed terminal size and no wall-clock text on screen.
+Deterministic by construction: the real control API fed with recorded captures, one recorded page
+per poll (tests/recorded_appliance.py), a fixed terminal size and no wall-clock text on screen.
 Update after an intended change with `pytest tests/test_console_snapshots.py --snapshot-update`.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from appliance.observe.fleet import Target
+from appliance.control.client import Target
 from tui.app import ConsoleApp
 
 from .console_pilot import poll, recorded_console, until

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ from appliance.config.compose import GROUPS, compose_config
 from appliance.deploy.k8s import DEVICE_CLASS, POD_OVERRIDES, K8sManifests, render_k8s
 from appliance.deploy.systemd import render_systemd
 from appliance.plan import build_plan
+
+from .helpers import Cli
 
 # kubernetes-validate 1.37.0 ships the v1.37 schema, which has resource.k8s.io/v1 ResourceClaimTemplate.
 K8S_VERSION = "1.37.0"
@@ -79,8 +80,19 @@ def test_probes_are_sized_from_the_readiness_budget(matrix: CompatibilityMatrix)
     startup = container["startupProbe"]
     assert startup["httpGet"] == {"path": "/health", "port": "openai"}
     assert startup["periodSeconds"] * startup["failureThreshold"] >= config.config.engine.ready_timeout_s == 3600
-    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "openai"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "control"}
+
+
+def test_readiness_leads_the_drain_and_the_pod_drains_before_sigterm(matrix: CompatibilityMatrix) -> None:
+    config = validated(matrix, *CONFIGS["lab-t3k"])
+    pod = kinds(render_k8s(config, image="x"))["Deployment"]["spec"]["template"]["spec"]
+    container, sup = pod["containers"][0], config.config.supervisor
+    readiness = container["readinessProbe"]
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "control"} and readiness["failureThreshold"] == 1
+    assert readiness["periodSeconds"] * 2 <= sup.deregister_s == 5.0
+    drain = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert drain[:4] == ["appliance", "drain", "--url", "http://127.0.0.1:8100"] and "APPLIANCE_TOKEN" in drain
+    assert pod["terminationGracePeriodSeconds"] > sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s
 
 
 def test_secrets_are_referenced_by_name_and_never_carry_a_value(matrix: CompatibilityMatrix) -> None:
@@ -104,11 +116,8 @@ def test_the_configmap_recomposes_to_the_rendered_config(matrix: CompatibilityMa
     assert {g for g in GROUPS if g != "site"} == {arg.split("=")[0] for arg in container["command"][2:]}
 
 
-def test_render_k8s_writes_one_file_per_manifest(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance.cli", "render", "k8s", "site=edge-n150", "+model=llama", "--out",
-         str(tmp_path)], capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+def test_render_k8s_writes_one_file_per_manifest(cli: Cli, tmp_path: Path) -> None:
+    done = cli("render", "k8s", "site=edge-n150", "+model=llama", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["configmap.yaml", "deployment.yaml", "resourceclaimtemplate.yaml", "service.yaml"]
@@ -133,11 +142,8 @@ def test_the_systemd_unit_escapes_what_systemd_would_expand(matrix: Compatibilit
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
-def test_systemd_analyze_accepts_the_rendered_unit(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance.cli", "render", "systemd", "site=lab-t3k", "+model=llama", "--out",
-         str(tmp_path)], capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+def test_systemd_analyze_accepts_the_rendered_unit(cli: Cli, tmp_path: Path) -> None:
+    done = cli("render", "systemd", "site=lab-t3k", "+model=llama", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     unit = tmp_path / "tt-appliance-lab-t3k.service"
     verified = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)

@@ -18,6 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import appliance
 
@@ -55,6 +56,24 @@ def test_every_module_exports_exactly_its_public_api(name: str) -> None:
         and getattr(obj, "__module__", None) == module.__name__
     }
     assert defined <= exported, f"public but not in __all__: {defined - exported}"
+
+
+CONSOLE_MAY_IMPORT = {"appliance.control.client", "appliance.control.documents", "appliance.config.schema",
+                      "appliance.errors"}  # fmt: skip
+
+
+def test_the_console_contract_forbids_all_of_the_package_but_the_client_its_documents_and_the_config_types() -> None:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    console = next(c for c in contracts if c.get("source_modules") == ["tui"])
+    opened = {m.rsplit(".", 1)[0] for m in CONSOLE_MAY_IMPORT if m.count(".") == 2}  # packages allowed in part
+
+    def part(module: str) -> str:
+        """What the contract names: a root module or package, or a module of a package allowed in part."""
+        pieces = module.split(".")
+        return ".".join(pieces[:3] if ".".join(pieces[:2]) in opened else pieces[:2])
+
+    parts = {part(m) for m in MODULES} - opened - CONSOLE_MAY_IMPORT
+    assert {m for m in console["forbidden_modules"] if m.startswith("appliance")} == parts
 
 
 @pytest.fixture(scope="module")

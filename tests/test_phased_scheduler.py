@@ -1,7 +1,8 @@
 """The phase-exclusive scheduler class, driven step by step inside the CPU engine's interpreter.
 
-tests/engine_side/phased_steps.py builds a real vLLM scheduler (the appliance's class, or vLLM's
-own as the control), feeds it the same arrivals and prints every step; these tests read that.
+tests/engine_side/phased_steps.py builds real vLLM schedulers (the appliance's classes, and vLLM's
+own as the control), feeds each the same arrivals and prints every step; these tests read that,
+from one run of it per session.
 """
 
 from __future__ import annotations
@@ -17,37 +18,25 @@ from appliance.serve import ensure_model
 
 from .helpers import cpu_plan
 
-ROOT = Path(__file__).resolve().parent.parent
-ENGINE_PYTHON = ROOT / ".engines" / "cpu" / "bin" / "python"
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not (ROOT / ".engines" / "cpu" / ".appliance-engine-ok").is_file(),
-        reason="the CPU engine environment is not built (make engine-cpu)",
-    ),
-]
+STEPS = Path(__file__).with_name("engine_side") / "phased_steps.py"
+SCHEDULERS = ("phased", "phased-async", "upstream")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+def steps(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every step of each scheduler in SCHEDULERS on the same arrivals, keyed by scheduler."""
     plan = cpu_plan(tmp_path_factory.mktemp("phased"))
     ensure_model(plan)
-    return plan.model_path
-
-
-def steps_of(model_dir: str, scheduler: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(ENGINE_PYTHON), "-I", str(ROOT / "tests" / "engine_side" / "phased_steps.py"), model_dir, scheduler],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = subprocess.run([str(cpu_engine), "-I", str(STEPS), plan.model_path, *SCHEDULERS], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-@pytest.fixture(scope="module", params=["phased", "phased-async"])
-def phased(request: pytest.FixtureRequest, model_dir: str) -> dict[str, Any]:
-    return steps_of(model_dir, request.param)
+@pytest.fixture(params=["phased", "phased-async"])
+def phased(request: pytest.FixtureRequest, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return steps[request.param]
 
 
 def phases(step: dict[str, Any]) -> set[str]:
@@ -81,7 +70,7 @@ def test_every_request_generates_all_its_tokens(phased: dict[str, Any]) -> None:
     assert phased["produced"] == phased["wanted"]
 
 
-def test_vllms_own_scheduler_mixes_phases_on_the_same_arrivals(model_dir: str) -> None:
-    upstream = steps_of(model_dir, "upstream")
+def test_vllms_own_scheduler_mixes_phases_on_the_same_arrivals(steps: dict[str, dict[str, Any]]) -> None:
+    upstream = steps["upstream"]
     assert any(phases(step) == {"prefill", "decode"} for step in upstream["steps"])
     assert upstream["produced"] == upstream["wanted"]

@@ -56,7 +56,9 @@ def test_a_t3k_plan_carries_features_precision_and_the_rows_tt_config(matrix: Co
         "tt": {"optimizations": "accuracy", "sample_on_device_mode": "decode_only", "trace_region_size": 30000000}
     }
     assert argv[-2:] == ["--max-logprobs", "5"]
-    assert plan.env["MESH_DEVICE"] == "T3K" and plan.env["VLLM_RPC_TIMEOUT"] == "100000"
+    assert plan.env["MESH_DEVICE"] == "T3K" and plan.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
+    # vLLM reads no VLLM_RPC_TIMEOUT at the pinned version (it logs the variable as unknown).
+    assert "VLLM_RPC_TIMEOUT" not in plan.env
 
 
 def test_galaxy_lane_data_parallelism_divides_the_sequences_per_lane(matrix: CompatibilityMatrix) -> None:
@@ -65,7 +67,8 @@ def test_galaxy_lane_data_parallelism_divides_the_sequences_per_lane(matrix: Com
     assert argv[argv.index("--data-parallel-size") + 1] == "4"
     assert argv[argv.index("--max-num-seqs") + 1] == "8"
     assert plan.env["TT_LLAMA_TEXT_VER"] == "llama3_70b_galaxy"
-    assert plan.env["VLLM_RPC_TIMEOUT"] == "900000" and plan.env["MESH_DEVICE"] == "TG"
+    assert plan.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600" and plan.env["MESH_DEVICE"] == "TG"
+    assert "lane_dp_fold" in {a.id for a in plan.adjustments}
 
 
 def test_sample_on_device_off_removes_the_rows_mode(matrix: CompatibilityMatrix) -> None:

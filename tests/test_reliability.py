@@ -1,8 +1,9 @@
 """Faults and planned stops against the real CPU engine (issue: reliability and security).
 
-One appliance, serving with an OpenAI API key, takes five kill -9s of its engine under load and then
-a SIGTERM with 50 requests in flight; a second one is itself killed with kill -9; boot failures run
-through the real supervisor with the real engine.
+The restartable appliance (conftest; its engine port takes an OpenAI API key) takes five kill -9s of
+its engine under load; a planned stop with 50 requests in flight (tests/sigterm_scenario.py) and a
+kill -9 of the appliance itself end appliances of their own; boot failures run through the real
+supervisor with the real engine.
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.plan import LaunchPlan
 from appliance.runtime.engine_log import EngineLog
@@ -30,27 +28,17 @@ from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 from appliance.serve import ensure_model
 
-from .appliance_process import ENGINE_TESTS, Served, running_appliance, start_appliance
+from .appliance_process import API_KEY, MODEL, Served, start_appliance
 from .helpers import cpu_plan, free_port, group_gone, wait_for
-from .test_engine_cpu import MODEL
-
-pytestmark = ENGINE_TESTS
-
-API_KEY = "sk-reliability-test"
-
-
-@pytest.fixture(scope="module")
-def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("keyed")
-    with running_appliance(tmp, "serving.api_key_env=SITE_OPENAI_KEY", env={"SITE_OPENAI_KEY": API_KEY}) as served:
-        yield served
+from .sigterm_scenario import STREAMS, SigtermRun
 
 
 def client(served: Served, key: str = API_KEY) -> openai.OpenAI:
     return served.client(key)
 
 
-def test_the_engine_port_takes_the_sites_api_key(keyed: Served) -> None:
+def test_the_engine_port_takes_the_sites_api_key(restartable_appliance: Served) -> None:
+    keyed = restartable_appliance
     with pytest.raises(openai.AuthenticationError):
         client(keyed, "wrong").completions.create(model=MODEL, prompt="x", max_tokens=1)
     assert client(keyed).completions.create(model=MODEL, prompt="x", max_tokens=1).choices
@@ -59,7 +47,8 @@ def test_the_engine_port_takes_the_sites_api_key(keyed: Served) -> None:
     assert API_KEY not in keyed.control("GET", "/logs?tail=5000").text
 
 
-def test_five_kill_9s_of_the_engine_under_load_give_five_restarts_and_no_orphans(keyed: Served) -> None:
+def test_five_kill_9s_of_the_engine_under_load_give_five_restarts_and_no_orphans(restartable_appliance: Served) -> None:
+    keyed = restartable_appliance
     stop = threading.Event()
     outcomes: list[bool] = []
 
@@ -72,78 +61,48 @@ def test_five_kill_9s_of_the_engine_under_load_give_five_restarts_and_no_orphans
                 outcomes.append(False)  # the engine is down between a kill and its restart
                 time.sleep(0.2)
 
+    before = keyed.wait_for("ready")
     loader = threading.Thread(target=load)
     loader.start()
     try:
         pids = []
         for _ in range(5):
             state = keyed.wait_for("ready")
-            pids.append(state["pid"])
-            os.kill(state["pid"], signal.SIGKILL)
+            pids.append(state.pid)
+            os.kill(state.pid, signal.SIGKILL)
             keyed.wait_for("restarting", "starting", "loading", "warming", timeout=60)
         final = keyed.wait_for("ready")
     finally:
         stop.set()
         loader.join()
-    assert final["restarts"] == 5
+    assert final.restarts == before.restarts + 5
+    assert len({*pids, final.pid}) == 6  # a new engine process each time
     assert all(group_gone(pid) for pid in pids)
     assert outcomes.count(True) > 5
 
 
-def test_malformed_control_requests_get_4xx_and_the_appliance_keeps_serving(keyed: Served) -> None:
-    headers = {"Authorization": f"Bearer {keyed.token}"}
+def test_malformed_control_requests_get_4xx_and_the_appliance_keeps_serving(shared_appliance: Served) -> None:
+    served = shared_appliance
     for method, path in (("GET", "/logs?tail=-x"), ("PUT", "/state"), ("DELETE", "/drain"), ("GET", "/../etc"),
                          ("GET", "/logs?tail=" + "9" * 400)):  # fmt: skip
-        reply = httpx.request(method, f"{keyed.control_url}{path}", headers=headers, timeout=10)
+        reply = served.control(method, path)
         assert 400 <= reply.status_code < 500, (method, path, reply.status_code)
-    assert keyed.state()["state"] == "ready"
+    assert served.state().state == "ready"
 
 
-def test_sigterm_with_50_requests_in_flight_lets_all_50_complete(keyed: Served) -> None:
-    pgid = keyed.state()["pid"]
-    done_before = engine_counts(keyed)["vllm:request_success_total"]
-
-    def generate(i: int) -> str | None:
-        finish = None
-        with client(keyed).completions.create(
-            model=MODEL, prompt=f"request {i}", max_tokens=64, stream=True, extra_body={"ignore_eos": True}
-        ) as stream:
-            for chunk in stream:
-                if chunk.choices and chunk.choices[0].finish_reason:
-                    finish = chunk.choices[0].finish_reason
-        return finish
-
-    def accepted() -> float:
-        counts = engine_counts(keyed)
-        finished = counts["vllm:request_success_total"] - done_before
-        return counts["vllm:num_requests_running"] + counts["vllm:num_requests_waiting"] + finished
-
-    with ThreadPoolExecutor(50) as pool:
-        futures = [pool.submit(generate, i) for i in range(50)]
-        deadline = time.monotonic() + 180
-        while accepted() < 50:  # every request reached the engine: none of them is "new" at SIGTERM
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        keyed.proc.send_signal(signal.SIGTERM)
-        finishes = [f.result(timeout=180) for f in futures]
-    assert finishes == ["length"] * 50
-    assert keyed.proc.wait(timeout=120) == 143
-    assert group_gone(pgid)
+def test_sigterm_with_50_requests_in_flight_lets_all_50_complete(sigtermed: SigtermRun) -> None:
+    assert sigtermed.finishes == ["length"] * STREAMS
 
 
-def engine_counts(served: Served) -> dict[str, float]:
-    """Sample totals from the engine's own /metrics page, summed over labels."""
-    totals: dict[str, float] = {}
-    page = httpx.get(f"{served.engine_url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(page):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
+def test_sigterm_drains_and_leaves_no_engine_process(sigtermed: SigtermRun) -> None:
+    assert sigtermed.exit_code == 143
+    assert sigtermed.engine_group_gone
 
 
+@pytest.mark.usefixtures("cpu_engine")
 def test_kill_9_of_the_appliance_takes_the_engine_with_it(tmp_path: Path) -> None:
     served = start_appliance(tmp_path)
-    pgid = served.state()["pid"]
+    pgid = served.state().pid
     served.proc.kill()
     served.proc.wait()
     assert group_gone(pgid, timeout=60)
@@ -169,14 +128,16 @@ async def boot_failure(plan: LaunchPlan, tmp: Path) -> tuple[str, int]:
     try:
         await wait_for(sup, EngineState.FAILED, timeout=240)
         await asyncio.sleep(1.0)  # a restart storm would show up here
-        assert sup.state is EngineState.FAILED
-        return sup.last_error or "", sup.restarts
+        snap = sup.snapshot()
+        assert snap.state is EngineState.FAILED
+        return snap.last_error or "", snap.restarts
     finally:
         sup.request("stop")
         await run
         log.close()
 
 
+@pytest.mark.usefixtures("cpu_engine")
 async def test_boot_failures_end_in_failed_with_the_cause_and_no_restart(tmp_path: Path) -> None:
     plan = cpu_plan(tmp_path, f"serving.port={free_port()}")
     ensure_model(plan)
@@ -206,6 +167,7 @@ def socket_taken(port: int) -> Iterator[None]:
         yield
 
 
+@pytest.mark.usefixtures("cpu_engine")  # the recipe runs in its interpreter
 def test_a_truncated_model_cache_is_detected_and_rebuilt(tmp_path: Path) -> None:
     plan = cpu_plan(tmp_path, f"paths.cache_dir={tmp_path}/cache")
     ensure_model(plan)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .helpers import Cli
 
 SECRETS = {
     "HF_TOKEN": "hf_planted_hub_secret",
@@ -17,9 +16,8 @@ SECRETS = {
 SITE = ("site=lab-t3k", "+model=llama")
 
 
-def run(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "appliance.cli", *args], env=os.environ | SECRETS,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+def run(cli: Cli, *args: str) -> str:
+    done = cli(*args, env=SECRETS)
     return done.stdout + done.stderr
 
 
@@ -33,19 +31,30 @@ def run(*args: str) -> str:
         ("sites", "--json"),
         ("render", "systemd", *SITE),
         ("render", "k8s", *SITE),
-        ("check", "mesh=cpu", "serving.api_key_env=LAB_OPENAI_KEY", "--json", "--releases", "build/vllm-releases.yaml"),
+        pytest.param(
+            (
+                "check",
+                "mesh=cpu",
+                "serving.api_key_env=LAB_OPENAI_KEY",
+                "--json",
+                "--releases",
+                "build/vllm-releases.yaml",
+            ),
+            marks=pytest.mark.engine,  # the pilot checks run the engines' interpreters
+        ),  # fmt: skip
     ],
     ids=lambda a: " ".join(a[:2]),
 )
-def test_no_command_prints_a_secret_value(args: tuple[str, ...]) -> None:
-    text = run(*args)
+def test_no_command_prints_a_secret_value(cli: Cli, args: tuple[str, ...]) -> None:
+    text = run(cli, *args)
     assert text.strip()
     assert not any(value in text for value in SECRETS.values()), text[-2000:]
 
 
-def test_no_written_file_holds_a_secret_value(tmp_path: Path) -> None:
-    run("render", "k8s", *SITE, "--out", str(tmp_path / "k8s"))
-    run("check", "mesh=cpu", "--report", str(tmp_path / "pilot.md"), "--releases", "build/vllm-releases.yaml")
+@pytest.mark.engine  # `check` runs the engines' interpreters
+def test_no_written_file_holds_a_secret_value(cli: Cli, tmp_path: Path) -> None:
+    run(cli, "render", "k8s", *SITE, "--out", str(tmp_path / "k8s"))
+    run(cli, "check", "mesh=cpu", "--report", str(tmp_path / "pilot.md"), "--releases", "build/vllm-releases.yaml")
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(written) >= 2
     for path in written:

@@ -39,13 +39,13 @@ async def test_boot_goes_through_loading_and_warming_to_ready_then_stops_clean(s
     sup = supervisor("--child")
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.READY)
-    pgid = sup.pid
+    pgid = sup.snapshot().pid
     assert pgid is not None
-    states = [e.state for e in sup.events]
+    states = [e.state for e in sup.snapshot().events]
     assert states[:4] == [S.STARTING, S.LOADING, S.WARMING, S.READY]
     sup.request("stop")
     await run
-    assert sup.state is S.STOPPED
+    assert sup.snapshot().state is S.STOPPED
     assert group_gone(pgid)
     assert "Application startup complete." in sup.log.path.read_text()
 
@@ -55,20 +55,24 @@ async def test_a_crash_during_boot_fails_with_the_cause_and_is_not_restarted(sup
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.FAILED)
     await asyncio.sleep(0.5)
-    assert sup.state is S.FAILED and sup.restarts == 0
-    assert sup.last_error is not None
-    assert "code 3" in sup.last_error and "cannot load the model" in sup.last_error
+    snap = sup.snapshot()
+    assert snap.state is S.FAILED and snap.restarts == 0
+    assert snap.last_error is not None
+    assert "code 3" in snap.last_error and "cannot load the model" in snap.last_error
     sup.request("stop")
     await run
 
 
 async def test_a_crash_after_ready_restarts_until_the_crash_loop_limit(supervisor: Factory) -> None:
-    sup = supervisor("--mode", "crash-after", "--after", "2.5", max_restarts=2)
+    # A run counts as healthy after 10 x backoff_max_s (5 s here): each crash, 2.5 s after the
+    # engine's startup line and so at most 2.5 s after ready, stays inside the crash streak.
+    sup = supervisor("--mode", "crash-after", "--after", "2.5", max_restarts=2, backoff_max_s=0.5)
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.FAILED, timeout=60)
-    assert sup.restarts == 2
-    assert sup.last_error is not None and "crash loop: 3 crashes" in sup.last_error
-    assert [e.state for e in sup.events].count(S.READY) == 3
+    snap = sup.snapshot()
+    assert snap.restarts == 2
+    assert snap.last_error is not None and "crash loop: 3 crashes" in snap.last_error
+    assert [e.state for e in snap.events].count(S.READY) == 3
     sup.request("stop")
     await run
 
@@ -77,7 +81,8 @@ async def test_a_hung_engine_is_killed_and_restarted(supervisor: Factory) -> Non
     sup = supervisor("--mode", "hang-after", "--after", "3")
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.RESTARTING, timeout=30)
-    assert sup.last_error is not None and "stopped answering /health" in sup.last_error
+    last_error = sup.snapshot().last_error
+    assert last_error is not None and "stopped answering /health" in last_error
     await wait_for(sup, S.READY)
     sup.request("stop")
     await run
@@ -87,7 +92,7 @@ async def test_an_engine_ignoring_sigterm_is_killed_after_the_grace_period(super
     sup = supervisor("--ignore-sigterm", "--child")
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.READY)
-    pgid = sup.pid
+    pgid = sup.snapshot().pid
     assert pgid is not None
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -101,7 +106,8 @@ async def test_not_ready_within_the_budget_fails(supervisor: Factory) -> None:
     sup = supervisor("--mode", "no-ready", ready_timeout_s=2.0)
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.FAILED, timeout=20)
-    assert sup.last_error is not None and "not ready within 2s" in sup.last_error
+    last_error = sup.snapshot().last_error
+    assert last_error is not None and "not ready within 2s" in last_error
     sup.request("stop")
     await run
 
@@ -116,4 +122,4 @@ async def test_drain_then_restart_from_stopped(supervisor: Factory) -> None:
     await wait_for(sup, S.READY)
     sup.request("stop")
     await run
-    assert [e.state for e in sup.events].count(S.READY) == 2
+    assert [e.state for e in sup.snapshot().events].count(S.READY) == 2

@@ -74,12 +74,15 @@ def test_lengths_stay_within_their_clamps_around_the_mean(kind: str) -> None:
     assert statistics.mean(values) == pytest.approx(200 if kind != "uniform" else 225, rel=0.06)
 
 
-def test_unusable_values_are_refused_with_their_keys() -> None:
-    bad = workload("mixed", "workload.rate_per_s=0", "workload.logprobs_share=1.5", "workload.prompt_tokens.min=900",
-                   "workload.prompt_tokens.max=800")  # fmt: skip
-    keys = {p.key for p in check_workload(bad)}
-    assert keys == {"workload.rate_per_s", "workload.logprobs_share", "workload.prompt_tokens.min"}
-    assert check_workload(workload("chat", "workload.concurrency=0"))[0].key == "workload.concurrency"
+def test_unusable_values_are_refused_with_their_keys_when_the_config_is_parsed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        workload("mixed", "workload.rate_per_s=0", "workload.logprobs_share=1.5", "workload.prompt_tokens.min=900",
+                 "workload.prompt_tokens.max=800")  # fmt: skip
+    assert {p.key for p in caught.value.problems} == {"workload.rate_per_s", "workload.logprobs_share"}
+    with pytest.raises(ConfigError, match=r"workload.prompt_tokens.min: 900 is above workload.prompt_tokens.max"):
+        workload("mixed", "workload.prompt_tokens.min=900", "workload.prompt_tokens.max=800")
+    with pytest.raises(ConfigError, match="workload.concurrency"):
+        workload("chat", "workload.concurrency=0")
 
 
 def test_a_workload_longer_than_the_servers_context_is_refused() -> None:

@@ -12,18 +12,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 
-import httpx
 from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.reactive import var
 from textual.screen import Screen
 
-from appliance.observe.fleet import Target
-from appliance.observe.metrics_window import MetricsWindow
-from appliance.observe.scheduler_log import SchedulerLog
-from tui.client import Action, ApiError, ConsoleClient
+from appliance.control.client import Action, ApiError, ControlClient, Target
 from tui.messages import LogLinesArrived, StatusPolled
+from tui.poll import poll
 from tui.screens.base import ApplianceScreen
 from tui.screens.config import ConfigScreen
 from tui.screens.confirm import ConfirmScreen, describe
@@ -55,14 +52,12 @@ class ConsoleApp(App[None]):
     ]
     selected: var[str] = var("")
 
-    def __init__(self, client: ConsoleClient, *, read_only: bool, refresh_s: float) -> None:
+    def __init__(self, client: ControlClient, *, read_only: bool, refresh_s: float) -> None:
         super().__init__()
         self.client = client
         self.read_only = read_only
         self.refresh_s = refresh_s
         self.views: dict[str, ApplianceView] = {}
-        self._windows = {name: MetricsWindow() for name in client.targets}
-        self._scheduler = SchedulerLog()
         self._log_lines: deque[str] = deque(maxlen=_LOG_KEEP)
         self._polls = 0
 
@@ -96,7 +91,7 @@ class ConsoleApp(App[None]):
     async def poll_all(self) -> None:
         selected, detail = self.selected, self._polls % _DETAIL_EVERY == 0
         self._polls += 1
-        polls = [self.client.poll(name, detail=detail and name == selected) for name in self.client.targets]
+        polls = [poll(self.client, name, detail=detail and name == selected) for name in self.client.targets]
         for polled in await asyncio.gather(*polls):
             self.post_message(StatusPolled(polled))
 
@@ -105,8 +100,7 @@ class ConsoleApp(App[None]):
         previous = self.views.get(name)
         if not polled.detailed and previous is not None:
             polled = replace(polled, host=previous.polled.host, checks=previous.polled.checks)
-        scheduler = self._scheduler.view() if name == self.selected else None
-        self.views[name] = build_view(polled, self._windows[name], scheduler)
+        self.views[name] = build_view(polled)
         screen = self._shown()
         if isinstance(screen, FleetScreen):
             screen.views = tuple(self.views[n] for n in self.client.targets if n in self.views)
@@ -120,7 +114,6 @@ class ConsoleApp(App[None]):
     def watch_selected(self, name: str) -> None:
         self._polls = 0  # the next poll fetches the new selection's host facts and checks
         self._log_lines.clear()
-        self._scheduler = SchedulerLog()
         if name:
             self.follow_logs(name)
 
@@ -133,8 +126,8 @@ class ConsoleApp(App[None]):
                 async for lines in self.client.follow_logs(name, tail):
                     self.post_message(LogLinesArrived(name, lines))
                 reason = "the appliance closed the stream"
-            except (ApiError, httpx.HTTPError) as err:
-                reason = str(err) or type(err).__name__
+            except ApiError as err:
+                reason = str(err)
             self.post_message(LogLinesArrived(name, [f"[console] log stream lost: {reason}; reconnecting"]))
             tail = 0  # after a reconnect, only new lines: the ones already shown stay
             await asyncio.sleep(_RECONNECT_S)
@@ -143,8 +136,6 @@ class ConsoleApp(App[None]):
         if message.name != self.selected:
             return  # a late batch from the previous selection
         self._log_lines.extend(message.lines)
-        for line in message.lines:
-            self._scheduler.feed(line)
         screen = self._shown()
         if isinstance(screen, LogsScreen):
             screen.add_lines(message.lines)
@@ -180,11 +171,11 @@ class ConsoleApp(App[None]):
         self.action_refresh()
 
 
-def make_console(client: ConsoleClient, *, read_only: bool = False, refresh_s: float = 1.0) -> ConsoleApp:
+def make_console(client: ControlClient, *, read_only: bool = False, refresh_s: float = 1.0) -> ConsoleApp:
     """The console for the appliances `client` watches; refresh_s=0 polls only on ctrl+r."""
     return ConsoleApp(client, read_only=read_only, refresh_s=refresh_s)
 
 
 def run_console(targets: Sequence[Target], *, read_only: bool, refresh_s: float) -> None:
     """Run the console in this terminal until the operator quits (the `appliance console` entry point)."""
-    make_console(ConsoleClient(targets), read_only=read_only, refresh_s=refresh_s).run()
+    make_console(ControlClient(targets), read_only=read_only, refresh_s=refresh_s).run()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.client import Polled
+from tui.poll import Polled
 
 __all__ = ["LogLinesArrived", "StatusPolled"]
 

@@ -1,13 +1,11 @@
-"""What the screens show of one appliance: the latest poll plus what the appliance modules derive."""
+"""What the screens show of one appliance: the latest poll, with the load and alerts it carries."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.observe.fleet import alerts
-from appliance.observe.metrics_window import LoadSummary, MetricsWindow
-from appliance.observe.scheduler_log import SchedulerView
-from tui.client import Polled
+from appliance.control.documents import SchedulerDocument, SummaryDocument
+from tui.poll import Polled
 
 __all__ = ["ApplianceView", "build_view"]
 
@@ -15,23 +13,20 @@ __all__ = ["ApplianceView", "build_view"]
 @dataclass(frozen=True, slots=True)
 class ApplianceView:
     polled: Polled
-    summary: LoadSummary | None
+    summary: SummaryDocument | None
     alerts: tuple[str, ...]
-    scheduler: SchedulerView | None
+    scheduler: SchedulerDocument | None
 
     @property
     def name(self) -> str:
         return self.polled.name
 
 
-def build_view(polled: Polled, window: MetricsWindow, scheduler: SchedulerView | None) -> ApplianceView:
-    """Fold a poll into the appliance's window and derive its summary and alerts."""
-    if polled.sample is not None:
-        window.add(polled.sample)
-    summary = window.summary() if polled.sample is not None else None
-    state = polled.state
-    if state is None:
-        return ApplianceView(polled, None, (polled.error or "unreachable",), scheduler)
-    slo = state.config.get("workload.slo_ttft_ms")
-    found = alerts(state.state, summary, state.max_concurrency, float(slo) if slo is not None else None)
-    return ApplianceView(polled, summary, found, scheduler)
+def build_view(polled: Polled) -> ApplianceView:
+    """The view of a poll: the appliance computed the summary and alerts; an unreachable one has its error."""
+    if polled.state is None:
+        return ApplianceView(polled, None, (polled.error or "unreachable",), None)
+    load = polled.load
+    if load is None:  # e.g. an appliance older than GET /load: say so rather than show "ok"
+        return ApplianceView(polled, None, (polled.metrics_error or "no load",), None)
+    return ApplianceView(polled, load.summary, load.alerts, load.scheduler)

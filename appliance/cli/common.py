@@ -8,13 +8,15 @@ from typing import Any
 
 from rich.console import Console
 
+from appliance.compat.fit import Fit
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.resolve import resolve_config
 from appliance.compat.validate import ValidatedConfig, validate
+from appliance.config.schema import ComposedConfig
 from appliance.errors import Problem
 from appliance.host import discover_host
 
-__all__ = ["Command", "err", "findings", "out", "validated_config"]
+__all__ = ["Command", "composed_config", "err", "findings", "out", "validated_config"]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -23,12 +25,22 @@ Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.Arg
 """Registers a subcommand: (name, handler, help text) -> its parser, for the module to add arguments."""
 
 
-def findings(problems: Sequence[Problem]) -> dict[str, Any]:
+def findings(problems: Sequence[Problem], fit: Fit | None = None) -> dict[str, Any]:
     items = [
-        {"code": p.code, "severity": p.severity, "key": p.key, "message": p.message, "fix": p.fix} for p in problems
+        {"code": p.code, "severity": p.severity, "key": p.key, "message": p.message, "fix": p.fix, "rule": p.rule}
+        for p in problems
     ]
-    return {"ok": not any(p.severity == "error" for p in problems), "findings": items}
+    report: dict[str, Any] = {"ok": not any(p.severity == "error" for p in problems), "findings": items}
+    if fit is not None:
+        report["fit"] = {"bucket": fit.bucket, "reasons": list(fit.reasons), "unverified": list(fit.unverified)}
+    return report
+
+
+def composed_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ComposedConfig:
+    """The command line's overrides composed and resolved against this host (mesh=auto only)."""
+    return resolve_config(tuple(args.overrides), matrix, discover_host, site_dir=args.site_dir)
 
 
 def validated_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ValidatedConfig:
-    return validate(resolve_config(tuple(args.overrides), matrix, discover_host, site_dir=args.site_dir), matrix)
+    """Composed, then validated under the pinned plugin state or the one `--against vllm=X` names."""
+    return validate(composed_config(args, matrix), matrix, against=getattr(args, "against", None))

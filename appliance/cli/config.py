@@ -9,35 +9,58 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 from rich.table import Table
 
-from appliance.cli import deploy
-from appliance.cli.common import Command, err, findings, out, validated_config
+from appliance.cli import deploy, slots
+from appliance.cli.common import Command, composed_config, err, findings, out, validated_config
+from appliance.compat.fit import fit_of, fit_row
 from appliance.compat.matrix import load_matrix
+from appliance.compat.state_set import load_states
+from appliance.compat.validate import validate
 from appliance.config.compose import GROUPS, group_options
+from appliance.errors import ConfigError
 from appliance.plan import build_plan
+from appliance.slots.declare import slot_options
 
 __all__ = ["register"]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    validated = validated_config(args, load_matrix())
+    if slots.wanted(args):
+        return slots.validate_slots(args)
+    matrix = load_matrix()
+    composed = composed_config(args, matrix)
+    try:
+        validated = validate(composed, matrix, against=args.against)
+    except ConfigError as error:
+        fit = fit_of(error.problems)
+        if args.json:
+            out.print_json(data=findings(error.problems, fit))
+        for problem in error.problems:
+            err.print(problem.render(), markup=False)
+        err.print(f"fit: {fit.line()}", markup=False)
+        return 2
+    fit = fit_of(validated.warnings)
     if args.json:
-        out.print_json(data=findings(validated.warnings))
-    else:
-        for warning in validated.warnings:
-            err.print(warning.render(), markup=False)
-        row = validated.row
-        out.print(
-            f"ok: {validated.checkpoint.checkpoint} on {row.mesh} ({row.status}), engine={validated.engine}, "
-            f"max_context={validated.max_context}, max_concurrency={validated.max_concurrency}, "
-            f"config {validated.composed.config_hash}",
-            markup=False,
-        )
+        out.print_json(data=findings(validated.warnings, fit))
+        return 0
+    for warning in validated.warnings:
+        err.print(warning.render(), markup=False)
+    row, state = validated.row, validated.state
+    under = f", under vllm-tt-plugin {state.label}" if state else ""
+    out.print(
+        f"ok: {validated.checkpoint.checkpoint} on {row.mesh} ({row.status}), engine={validated.engine}, "
+        f"max_context={validated.max_context}, max_concurrency={validated.max_concurrency}, "
+        f"config {validated.composed.config_hash}{under}",
+        markup=False,
+    )
+    out.print(f"fit: {fit.line()}", markup=False)
     return 0
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.all_sites:
         return deploy.plan_all_sites(args)
+    if slots.wanted(args):
+        return slots.plan_slots(args)
     plan = build_plan(validated_config(args, load_matrix()))
     if args.json:
         out.print_json(data=plan.to_json())
@@ -46,26 +69,34 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         err.print(warning.render(), markup=False)
     out.print(f"# {plan.checkpoint} on {plan.mesh} (site {plan.site}, config {plan.config_hash})", markup=False)
     out.print(f"# ready when {plan.health_url} answers, within {plan.ready_timeout_s:.0f}s", markup=False)
+    if plan.plugin_state:
+        out.print(f"# judged under vllm-tt-plugin state {plan.plugin_state}", markup=False)
+    for change in plan.adjustments:
+        how = "set in this plan" if change.explicit else "the plugin's doing"
+        out.print(f"# the plugin adjusts ({how}): {change.effect}", markup=False)
     out.print(plan.command_line(), markup=False)
     return 0
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    matrix = load_matrix()
+    """Rows with their fit at the row's own limits, under the pinned plugin state or --against's."""
+    matrix, state = load_matrix(), load_states().select(args.against)
     rows = [
-        (f, c, d)
+        (f, c, d, fit_row(None if d.mesh == "cpu" else state, f.architectures[c.architecture], d))
         for f, c, d in matrix.rows()
         if (args.mesh is None or d.mesh == args.mesh) and (args.model in (None, f.family, c.checkpoint))
     ]
     if args.json:
-        out.print_json(data=[{"family": f.family, "checkpoint": c.checkpoint, **_row(d)} for f, c, d in rows])
+        out.print_json(data=[{"family": f.family, "checkpoint": c.checkpoint, **_row(d),
+                              "fit": {"bucket": fit.bucket, "reasons": list(fit.reasons),
+                                      "unverified": list(fit.unverified)}} for f, c, d, fit in rows])  # fmt: skip
         return 0
-    table = Table("family", "checkpoint", "mesh", "status", "context", "concurrency", "dp", "precisions", "verdict")
-    for f, c, d in rows:
-        needs = [f"fw≥{d.firmware_min}" if d.firmware_min else "", f"kmd≥{d.kmd_min}" if d.kmd_min else ""]
-        verdict = "runnable" + (f" ({' '.join(n for n in needs if n)})" if any(needs) else "")
-        if not f.architectures[c.architecture].registered:
-            verdict = "incompatible: no TT class registered"
+    table = Table("family", "checkpoint", "mesh", "status", "context", "concurrency", "dp", "precisions", "verdict",
+                  title=f"under vllm-tt-plugin {state.label}")  # fmt: skip
+    for f, c, d, fit in rows:
+        needs = " ".join(n for n in (f"fw≥{d.firmware_min}" if d.firmware_min else "",
+                                     f"kmd≥{d.kmd_min}" if d.kmd_min else "") if n)  # fmt: skip
+        verdict = fit.line() + (f" ({needs})" if needs else "")
         table.add_row(f.family, c.checkpoint, d.mesh, d.status, str(d.max_context), str(d.max_concurrency),
                       str(d.data_parallel), ",".join(d.precisions), verdict)  # fmt: skip
     out.print(table)
@@ -80,6 +111,7 @@ def _row(row: Any) -> dict[str, Any]:
 def _cmd_options(args: argparse.Namespace) -> int:
     for group in GROUPS:
         out.print(f"{group}: {' '.join(group_options(group, args.site_dir))}", markup=False)
+    out.print(f"slots: {' '.join(slot_options(args.site_dir))}", markup=False)
     return 0
 
 
@@ -93,11 +125,13 @@ def register(command: Command) -> None:
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.add_argument("--against", metavar="vllm=X", help="judge under another recorded vllm-tt-plugin state")
         if name == "plan":
             cmd.add_argument("--all-sites", action="store_true", help="per site: what it would boot, or why not")
     matrix = command("matrix", _cmd_matrix, "print the compatibility matrix")
     matrix.add_argument("--mesh")
     matrix.add_argument("--model", help="family or checkpoint")
     matrix.add_argument("--json", action="store_true")
+    matrix.add_argument("--against", metavar="vllm=X", help="judge under another recorded vllm-tt-plugin state")
     options = command("options", _cmd_options, "list the options of every config group")
     options.add_argument("--site-dir", type=Path, default=None)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from appliance.cli.common import Command
 from appliance.cli.serve import control_token
+from appliance.control.client import Target, expand_slots
+from appliance.control.site_file import load_site_file, target
 from appliance.errors import ConfigError, LaunchError, Problem
-from appliance.observe.fleet import Target, load_site_file, target
 
 __all__ = ["register"]
 
@@ -24,6 +25,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
     urls = args.url or ([] if entries else ["http://127.0.0.1:8100"])
     token = control_token(args) if urls else ""
     targets = [target(e) for e in entries] + [Target(u.split("//")[-1].rstrip("/"), u.rstrip("/"), token) for u in urls]
+    targets = [slot for t in targets for slot in expand_slots(t)]
     if len({t.name for t in targets}) != len(targets):
         raise ConfigError((Problem("duplicate-appliance", "--url", "an appliance is listed twice", "List each once"),))
     found = entry_points(group="appliance.console", name="textual")

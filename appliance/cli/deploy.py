@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
 from appliance.host import discover_host
@@ -56,7 +57,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from appliance.engines.build import build_recipe, run_build
 
     if args.check_upgrade:
-        return _check_upgrade(args.check_upgrade)
+        return _check_upgrade(args)
     recipe = build_recipe(compose_config(args.overrides, site_dir=args.site_dir))
     if args.dry_run:
         out.print(recipe.script(), markup=False, end="")
@@ -66,13 +67,32 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return _print_manifest(result.manifest, as_json=False)
 
 
-def _check_upgrade(spec: str) -> int:
+def _check_upgrade(args: argparse.Namespace) -> int:
+    """What moving the pin takes, then every site whose verdict the move changes (with its findings)."""
+    from appliance.compat.state_set import load_states
+    from appliance.engines.site_verdicts import site_changes
     from appliance.engines.upgrade import check_upgrade
 
-    report = check_upgrade(spec)
+    report = check_upgrade(args.check_upgrade)
     out.print(f"vllm {report.current} -> {report.target}: {report.verdict}", markup=False)
     for finding in report.findings:
         out.print(f"  {finding.render()}", markup=False)
+    states = load_states()
+    target = states.for_vllm(report.target)
+    if report.target == report.current or target is None:
+        if report.target != report.current:
+            out.print(f"sites: no recorded plugin contract for vLLM {report.target}; verdicts not judged", markup=False)
+        return 2 if report.blocked else 0
+    changes = [c for c in site_changes(states, report.target, load_matrix(), discover_host, args.overrides,
+                                       args.site_dir) if c.changed]  # fmt: skip
+    out.print(f"sites whose verdict changes under vllm-tt-plugin {target.label}: {len(changes) or 'none'}",
+              markup=False)  # fmt: skip
+    for change in changes:
+        out.print(f"  site {change.site}: {change.before} -> {change.after}", markup=False)
+        for problem in change.appeared:
+            out.print(f"    + {problem.render()}", markup=False)
+        for problem in change.gone:
+            out.print(f"    - {problem.render()}", markup=False)
     return 2 if report.blocked else 0
 
 
@@ -102,6 +122,8 @@ def _print_manifest(manifest: Any, as_json: bool) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    if slots.wanted(args):
+        return slots.render_slots(args)
     if args.kind == "k8s":
         from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 

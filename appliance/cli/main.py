@@ -11,13 +11,13 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
-from appliance.cli import check, config, console, deploy, load, quality, serve
+from appliance.cli import check, config, console, deploy, gateway, load, quality, serve
 from appliance.cli.common import err, findings, out
-from appliance.errors import ApplianceError, ConfigError, EngineError, LaunchError
+from appliance.errors import ApiError, ApplianceError, ConfigError, EngineError, LaunchError
 
 __all__ = ["main"]
 
-_EXIT = {ConfigError: 2, LaunchError: 3, EngineError: 4}
+_EXIT = {ConfigError: 2, LaunchError: 3, EngineError: 4, ApiError: 4}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +54,6 @@ def _parser() -> argparse.ArgumentParser:
         cmd.set_defaults(run=run)
         return cmd
 
-    for module in (config, serve, console, deploy, check, load, quality):
+    for module in (config, serve, console, deploy, gateway, check, load, quality):
         module.register(command)
     return parser

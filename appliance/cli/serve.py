@@ -1,4 +1,4 @@
-"""serve and status: boot and supervise the engine; ask a running appliance how it is."""
+"""serve, status and drain: boot and supervise the engine; ask a running appliance how it is; drain it."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
-from appliance.cli import check
+from appliance.cli import check, slots
 from appliance.cli.common import Command, err, out, validated_config
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ConfigError, EngineError, Problem
+from appliance.errors import ApiError, ConfigError, EngineError, Problem
 from appliance.host import discover_host
 from appliance.plan import LaunchPlan, build_plan
 
 if TYPE_CHECKING:
+    from appliance.control.client import Target
+    from appliance.control.documents import BootDocument, StateDocument
     from appliance.observe.metrics_window import LoadSummary
 
 __all__ = ["control_token", "register"]
@@ -27,6 +29,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from appliance.serve import bind_control_socket, control_token, ensure_model, host_locks, preflight, run_service
 
+    if slots.wanted(args):
+        return slots.serve_slots(args)
     host = discover_host()
     validated = validated_config(args, load_matrix())
     plan = build_plan(validated)
@@ -67,40 +71,76 @@ def control_token(args: argparse.Namespace) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    import httpx
+    from appliance.control.client import SyncControlClient, Target, slot_target
+    from appliance.control.documents import dump
 
-    token = control_token(args)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        reply = httpx.get(f"{args.url}/state", headers=headers, timeout=5.0)
-    except httpx.HTTPError as error:
-        raise EngineError(f"cannot reach the control API at {args.url}: {error}") from None
-    if reply.status_code != 200:
-        raise EngineError(f"{args.url}/state answered {reply.status_code}: {reply.text.strip()}")
-    state = reply.json()
-    try:
-        metrics = httpx.get(f"{args.url}/engine/metrics", headers=headers, timeout=5.0)
-        load = _load_once(metrics.text) if metrics.status_code == 200 else None
-    except httpx.HTTPError:
-        load = None  # the state above is what status promises; load is shown when it can be read
+    appliance = Target(args.url, args.url.rstrip("/"), control_token(args))
+    with SyncControlClient(appliance) as api:
+        slots = api.slots()
+    targets = [slot_target(appliance, name) for name in slots.slots] if slots else [appliance]
+    rows = [_status_of(target) for target in targets]
     if args.json:
-        out.print_json(data=state | {"load": to_jsonable_python(load)})
-    else:
-        uptime = f"{state['uptime_s']:.0f}s" if state["uptime_s"] is not None else "-"
+        docs = [dump(state) | {"load": to_jsonable_python(load)} for state, load in rows]
+        out.print_json(data={"slots": dict(zip(slots.slots, docs, strict=True))} if slots else docs[0])
+        return 0
+    for name, (state, load) in zip(slots.slots if slots else [""], rows, strict=True):
+        uptime = f"{state.uptime_s:.0f}s" if state.uptime_s is not None else "-"
         out.print(
-            f"{state['state']}  {state['checkpoint']} on {state['mesh']} ({state['engine']})  site {state['site']}  "
-            f"pid {state['pid']}  up {uptime}  restarts {state['restarts']}  config {state['config_hash']}",
+            f"{f'{name}  ' if name else ''}{state.state}  {state.checkpoint} on {state.mesh} ({state.engine})  "
+            f"site {state.site}  pid {state.pid}  up {uptime}  restarts {state.restarts}  config {state.config_hash}",
             markup=False,
         )
-        if state["last_error"]:
-            out.print(f"last error: {state['last_error']}", markup=False)
+        if state.boot is not None:
+            out.print(_boot_line(state.boot), markup=False)
+        if state.quarantined:
+            out.print("quarantined: the device fault came back after a board reset; the host needs hands", markup=False)
+        if state.last_error:
+            out.print(f"last error: {state.last_error}", markup=False)
+        for difference in state.capabilities.differences if state.capabilities else ():
+            out.print(f"differs from the plan: {difference}", markup=False)
         if load is not None:
-            out.print(_load_line(load, state.get("max_concurrency")), markup=False)
+            out.print(_load_line(load, state.max_concurrency), markup=False)
     return 0
 
 
+def _cmd_drain(args: argparse.Namespace) -> int:
+    """POST /drain; with --wait, until the engine has stopped (what a Kubernetes preStop hook runs)."""
+    import time
+
+    from appliance.control.client import SyncControlClient, Target
+
+    with SyncControlClient(Target(args.url, args.url.rstrip("/"), control_token(args))) as api:
+        out.print(f"drain accepted in state {api.act('drain')}", markup=False)
+        deadline = time.monotonic() + args.wait
+        while (state := api.state().state) not in ("stopped", "failed") and time.monotonic() < deadline:
+            time.sleep(0.5)
+    if args.wait and state not in ("stopped", "failed"):
+        raise EngineError(f"{args.url}: still {state} after {args.wait:.0f}s")
+    out.print(f"engine {state}", markup=False)
+    return 0
+
+
+def _boot_line(boot: BootDocument) -> str:
+    if boot.expected_s is None:
+        return f"booting: {boot.phase}, {boot.elapsed_s:.0f}s (first boot of this config here: no ETA yet)"
+    eta = "overdue" if boot.eta_s == 0 else f"ETA {boot.eta_s:.0f}s"
+    slow = "  SLOW: far beyond this config's record" if boot.slow else ""
+    return f"booting: {boot.phase}, {boot.elapsed_s:.0f}s of ~{boot.expected_s:.0f}s ({eta}){slow}"
+
+
+def _status_of(target: Target) -> tuple[StateDocument, LoadSummary | None]:
+    from appliance.control.client import SyncControlClient
+
+    with SyncControlClient(target) as api:
+        state = api.state()
+        try:
+            return state, _load_once(api.engine_metrics())
+        except ApiError:
+            return state, None  # the state is what status promises; load is shown when it can be read
+
+
 def _load_once(page: str) -> LoadSummary:
-    """Lifetime load from one scrape of the engine's metrics (rates need a second scrape: the console)."""
+    """Lifetime load from one scrape of the engine's metrics, as status reports it (GET /load has the window)."""
     from appliance.observe.engine_metrics import parse_metrics
     from appliance.observe.metrics_window import FAMILIES, summarize
 
@@ -125,7 +165,10 @@ def register(command: Command) -> None:
     serve.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
     serve.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     status = command("status", _cmd_status, "print the state of a running appliance")
-    status.add_argument("--url", default="http://127.0.0.1:8100")
-    status.add_argument("--token-env", default="APPLIANCE_TOKEN")
-    status.add_argument("--token-file", help="token file that `serve` printed")
+    drain = command("drain", _cmd_drain, "drain a running appliance: out of rotation, in-flight requests finish")
+    for cmd in (status, drain):
+        cmd.add_argument("--url", default="http://127.0.0.1:8100")
+        cmd.add_argument("--token-env", default="APPLIANCE_TOKEN")
+        cmd.add_argument("--token-file", help="token file that `serve` printed")
     status.add_argument("--json", action="store_true")
+    drain.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the engine to stop (default: none)")

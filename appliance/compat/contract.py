@@ -1,75 +1,34 @@
-"""vllm-tt-plugin's launch contract, checked before boot.
+"""Apply a recorded vllm-tt-plugin state (build/tt/plugin-states/) to the `tt` keys, env and raw flags.
 
-The plugin validates much of this only inside the worker after minutes of boot, passes some
-values to ttnn unchecked, and silently drops others; these checks say so up front.
-Source: ../shared/reference/tt-plugin-contract.md §1.3, §2.1, §4, §9.
+The plugin validates much of this only inside the worker after minutes of boot, passes some values to
+ttnn unchecked, and silently drops others; these checks say so up front. The rules are data: this module
+knows how to apply a kind of rule, the state file says which rules hold at that plugin commit.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from appliance.compat.state_set import PluginStates
+from appliance.compat.states import PluginState, TtKey
 from appliance.errors import Problem
 
 __all__ = [
-    "FABRIC_CONFIGS",
-    "LANE_DP_ENV",
-    "MAX_LOGPROBS",
-    "MESH_PRESETS",
     "PLAN_OWNED_FLAGS",
+    "ExtraArgs",
     "check_extra_args",
     "check_tt_env",
     "check_tt_options",
     "cpu_kv_cache_bytes",
     "flag_names",
     "kv_dtype_scale",
+    "split_additional_config",
+    "unsupported_at",
 ]
 
-FABRIC_CONFIGS = (
-    "DISABLED",
-    "FABRIC_1D",
-    "FABRIC_1D_RING",
-    "FABRIC_2D",
-    "FABRIC_2D_TORUS_X",
-    "FABRIC_2D_TORUS_Y",
-    "FABRIC_2D_TORUS_XY",
-    "CUSTOM",
-)
-MESH_PRESETS = (
-    "N150",
-    "P100",
-    "P150",
-    "P150x2",
-    "N300",
-    "P300",
-    "N150x4",
-    "P150x4",
-    "T3K",
-    "P150x8",
-    "P300x2",
-    "TG",
-    "BH-Galaxy",
-)
-MAX_LOGPROBS = 20
-# Environment that turns data parallelism into in-process lanes for any model (§1.3, §2.1 #20).
-LANE_DP_ENV = {"TT_LLAMA_TEXT_VER": "llama3_70b_galaxy", "TT_QWEN3_TEXT_VER": "qwen3_32b_galaxy"}
-LANE_DP_CLASSES = ("TTGptOssForCausalLM",)
-_TEXT_VERSIONS = {
-    "TT_LLAMA_TEXT_VER": ("tt_transformers", "llama3_70b_galaxy", "llama2_70b"),
-    "TT_QWEN3_TEXT_VER": ("tt_transformers", "qwen3_32b_galaxy"),
-    "TT_QWEN35_TEXT_VER": ("qwen36_blackhole",),
-}
-_ENUMS: Mapping[str, tuple[str, ...]] = {
-    "sample_on_device_mode": ("all", "decode_only"),
-    "trace_mode": ("all", "decode_only", "none"),
-    "fabric_config": FABRIC_CONFIGS,
-    "fabric_reliability_mode": ("STRICT_INIT", "RELAXED_INIT"),
-    "dispatch_core_axis": ("row", "col"),
-}
-_SIZES = ("trace_region_size", "worker_l1_size", "l1_small_size")
-_BOOLS = ("enable_model_warmup", "register_test_models")
-_MULTI_HOST = ("rank_binding", "mpi_args", "extra_ttrun_args", "config_pkl_dir", "env_passthrough")
 # Flags whose value comes from a config key; passing them raw would fight the plan.
 PLAN_OWNED_FLAGS: Mapping[str, str] = {
     "--model": "model.checkpoint",
@@ -84,132 +43,215 @@ PLAN_OWNED_FLAGS: Mapping[str, str] = {
     "--no-enable-prefix-caching": "features.prefix_caching",
     "--async-scheduling": "features.async_decode",
     "--no-async-scheduling": "features.async_decode",
-    "--additional-config": "tt",
+    "--enable-chunked-prefill": "features.chunked_prefill",
+    "--no-enable-chunked-prefill": "features.chunked_prefill",
+    "--speculative-config": "features.speculative",
     "--api-key": "serving.api_key_env",
     "--shutdown-timeout": "supervisor.shutdown_timeout_s",
     "--scheduler-cls": "engine.scheduler",
 }
-# Flags the TT engine cannot honour (§2.1 #4-6, #25; §2.2).
-_TT_UNSUPPORTED: Mapping[str, str] = {
-    "--tensor-parallel-size": "tensor parallelism happens inside the model over the mesh",
-    "-tp": "tensor parallelism happens inside the model over the mesh",
-    "--pipeline-parallel-size": "pipeline parallelism happens inside the model over the mesh",
-    "-pp": "pipeline parallelism happens inside the model over the mesh",
-    "--enable-lora": "LoRA is not supported by the TT backend",
-    "--lora-modules": "LoRA is not supported by the TT backend",
-    "--speculative-config": "speculative decoding is not supported by the TT backend",
-    "--nnodes": "multi-host launch needs the deprecated fork's MPI launcher",
-    "--node-rank": "multi-host launch needs the deprecated fork's MPI launcher",
-    "--enable-prompt-embeds": "prompt embeddings crash the TT engine loop",
-    "--data-parallel-backend": "only the in-process (mp) backend exists for TT",
-}
+_ADDITIONAL = "--additional-config"
 
 
-def check_tt_options(tt: Mapping[str, Any]) -> Iterator[Problem]:
+@dataclass(frozen=True, slots=True)
+class ExtraArgs:
+    """`engine.extra_args` with `--additional-config` (JSON or dotted) folded out into `tt` keys."""
+
+    args: tuple[str, ...]
+    tt: Mapping[str, Any]
+    forms: tuple[str, ...]
+    problems: tuple[Problem, ...]
+
+
+def unsupported_at(states: PluginStates, state: PluginState, surface: str) -> str:
+    """`not supported by vllm-tt-plugin at <commit> (vLLM x); supported from <commit> (vLLM y)`."""
+    newer = states.newer_supporting(state, surface)
+    later = f"; supported from {newer.label}" if newer else "; no recorded state supports it"
+    return f"not supported by vllm-tt-plugin at {state.label}{later}"
+
+
+def check_tt_options(tt: Mapping[str, Any], state: PluginState, states: PluginStates) -> Iterator[Problem]:
     """Type and enum of every `tt` key, including those the plugin checks only in the worker."""
     for key, value in tt.items():
-        where = f"tt.{key}"
-        if key in _ENUMS and value not in _ENUMS[key]:
-            yield Problem(
-                "tt-config-value",
-                where,
-                f"{value!r} is not one of {', '.join(_ENUMS[key])}",
-                f"Set {where} to one of {', '.join(_ENUMS[key])}",
-            )
-        elif key in _SIZES and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            yield Problem(
-                "tt-config-value",
-                where,
-                f"{value!r} is not a positive byte count",
-                f"Set {where} to a positive integer (bytes)",
-            )
-        elif key in _BOOLS and not isinstance(value, bool):
-            yield Problem("tt-config-value", where, f"{value!r} is not a boolean", f"Set {where}=true or false")
-        elif key == "always_compat_sampling" and value is not False:
-            yield Problem(
-                "tt-config-value", where, "the V1 TT backend rejects always_compat_sampling=true", f"Remove {where}"
-            )
-        elif key == "optimizations":
-            yield Problem(
-                "tt-config-key",
-                where,
-                "precision is chosen by the precision group",
-                f"Remove {where} and use precision=performance|accuracy",
-            )
-        elif key in _MULTI_HOST:
-            yield Problem(
-                "unsupported-feature",
-                where,
-                "MPI multi-host launch is not available on upstream vLLM",
-                f"Remove {where}; serve one host per appliance",
-            )
-        elif key.startswith("_tt_") or key == "tt_data_parallel_size":
-            yield Problem(
-                "tt-config-key",
-                where,
-                "reserved or legacy key the plugin writes or ignores",
-                f"Remove {where}; use serving.data_parallel for data parallelism",
-            )
-        elif key not in (*_ENUMS, *_SIZES, *_BOOLS, "always_compat_sampling"):
-            yield Problem(
-                "tt-config-key",
-                where,
-                "not a key vllm-tt-plugin reads",
-                f"Use one of: {', '.join(sorted((*_ENUMS, *_SIZES, *_BOOLS)))}",
-            )
+        where, rule = f"tt.{key}", state.tt_keys.get(key)
+        if rule is None:
+            yield _unknown_tt_key(key, state, states)
+            continue
+        problem = _tt_value_problem(where, value, rule)
+        if problem is not None:
+            yield _with_rule(problem, f"tt.{key}", rule.status, state)
 
 
-def check_tt_env(env: Mapping[str, str]) -> Iterator[Problem]:
-    """TT_*_TEXT_VER values and MESH_DEVICE, which fail in every process when wrong."""
-    for name, allowed in _TEXT_VERSIONS.items():
-        if name in env and env[name] not in allowed:
-            yield Problem(
-                "tt-env-value",
-                f"engine.env.{name}",
-                f"{env[name]!r} is not one of {', '.join(allowed)}",
-                f"Set {name} to one of {', '.join(allowed)}",
-            )
-    mesh = env.get("MESH_DEVICE")
-    if mesh is not None and mesh not in MESH_PRESETS and not _is_grid(mesh):
-        yield Problem(
-            "tt-env-value",
-            "engine.env.MESH_DEVICE",
-            f"{mesh!r} is neither a preset nor a '(rows, cols)' grid",
-            f"Use one of {', '.join(MESH_PRESETS)} or a grid such as '(4, 8)'",
-        )
+def _unknown_tt_key(key: str, state: PluginState, states: PluginStates) -> Problem:
+    where = f"tt.{key}"
+    if key.startswith("_tt_"):
+        return Problem("tt-config-key", where, "reserved key the plugin writes itself",
+                       f"Remove {where}; use serving.data_parallel for data parallelism")  # fmt: skip
+    newer = states.newer_supporting(state, f"tt:{key}")
+    if newer is not None:
+        return Problem("unsupported-feature", where, unsupported_at(states, state, f"tt:{key}"),
+                       f"Remove {where} or validate --against vllm={newer.vllm}")  # fmt: skip
+    usable = sorted(k for k, r in state.tt_keys.items() if r.kind not in ("owned", "multi_host", "legacy"))
+    return Problem("tt-config-key", where, f"not a key vllm-tt-plugin at {state.label} reads",
+                   f"Use one of: {', '.join(usable)}")  # fmt: skip
 
 
-def check_extra_args(args: tuple[str, ...], engine: str) -> Iterator[Problem]:
-    """Raw vLLM flags: no flag the plan owns, none the TT engine cannot honour."""
+def _tt_value_problem(where: str, value: Any, rule: TtKey) -> Problem | None:
+    """The problem with one value under its rule, or None; the plugin's own refusal is quoted."""
+    said = f"the plugin {_when(rule)}: {rule.refusal.format(value=value)}"
+    if rule.kind == "enum" and value not in rule.values:
+        return Problem("tt-config-value", where, f"{value!r} is not one of {', '.join(rule.values)}; {said}",
+                       f"Set {where} to one of {', '.join(rule.values)}")  # fmt: skip
+    if rule.kind in ("bytes", "positive_int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        what = "byte count" if rule.kind == "bytes" else "integer"
+        return Problem("tt-config-value", where, f"{value!r} is not a positive {what}; {said}",
+                       f"Set {where} to a positive integer")  # fmt: skip
+    if rule.kind == "bool" and not isinstance(value, bool):
+        return Problem("tt-config-value", where, f"{value!r} is not a boolean; {said}", f"Set {where}=true or false")
+    if rule.kind == "false_only" and value is not False:
+        return Problem("tt-config-value", where, said, f"Remove {where}")
+    if rule.kind == "owned":
+        return Problem("tt-config-key", where, f"set by the {rule.owner} config group",
+                       f"Remove {where} and use {rule.owner}=performance|accuracy")  # fmt: skip
+    if rule.kind == "multi_host":
+        return Problem("unsupported-feature", where, said, f"Remove {where}; serve one host per appliance")
+    if rule.kind == "legacy":
+        return Problem("tt-config-key", where, f"legacy key: {rule.refusal}",
+                       f"Remove {where}; use serving.data_parallel for data parallelism")  # fmt: skip
+    return None
+
+
+def _when(rule: TtKey) -> str:
+    return {"config": "refuses it at config time", "worker": "refuses it only in the worker, after boot began",
+            "never": "does not check it"}[rule.checked]  # fmt: skip
+
+
+def check_tt_env(env: Mapping[str, str], state: PluginState, states: PluginStates) -> Iterator[Problem]:
+    """The plugin-read variables (TT_*_TEXT_VER, MESH_DEVICE, ...) whose bad values fail in every process."""
+    for name, value in env.items():
+        rule, where = state.env.get(name), f"engine.env.{name}"
+        if rule is None:
+            if states.newer_supporting(state, f"env:{name}") is not None:
+                yield Problem("unsupported-feature", where, f"{name} is read by nobody here: "
+                              f"{unsupported_at(states, state, f'env:{name}')}", f"Remove {name}",
+                              rule=f"feature.{_feature_for_env(name)}")  # fmt: skip
+            continue
+        if not _env_value_ok(rule.format, value, rule.values, rule.grid):
+            allowed = ", ".join(rule.values) + (" or a '(rows, cols)' grid" if rule.grid else "")
+            fix = f"Use one of {allowed}" if rule.values else "Write Arch=module.path:ClassName[,...]"
+            yield _with_rule(Problem("tt-env-value", where, f"{value!r}: {rule.refusal.format(value=value)}", fix),
+                             f"env.{name}", rule.status, state)  # fmt: skip
+
+
+def _feature_for_env(name: str) -> str:
+    return "model_class_overrides" if name == "TT_MODEL_CLASS_OVERRIDES" else name.lower()
+
+
+def _env_value_ok(form: str, value: str, allowed: tuple[str, ...], grid: bool) -> bool:
+    if form == "class_overrides":
+        entries = [e.strip() for e in value.split(",") if e.strip()]
+        return all("=" in e and ":" in e.partition("=")[2] and e.partition("=")[0].strip() for e in entries)
+    return value in allowed or (grid and _is_grid(value))
+
+
+def check_extra_args(args: tuple[str, ...], engine: str, state: PluginState | None) -> Iterator[Problem]:
+    """Raw vLLM flags: none the plan owns, none the pinned TT engine refuses."""
     if args and not args[0].startswith("-"):
-        yield Problem(
-            "extra-args",
-            "engine.extra_args",
-            f"{args[0]!r} is not a flag",
-            "Pass flags such as ['--max-logprobs', '5'] or ['--max-logprobs=5']",
-        )
+        yield Problem("extra-args", "engine.extra_args", f"{args[0]!r} is not a flag",
+                      "Pass flags such as ['--max-logprobs', '5'] or ['--max-logprobs=5']")  # fmt: skip
+    refused = {f: (k, r) for k, r in (state.features.items() if state and engine == "tt" else ()) for f in r.flags}
     for flag, value in flag_names(args):
-        if flag in PLAN_OWNED_FLAGS:
-            yield Problem(
-                "flag-owned-by-config",
-                "engine.extra_args",
-                f"{flag} is set from {PLAN_OWNED_FLAGS[flag]}",
-                f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead",
-            )
-        elif engine == "tt" and flag in _TT_UNSUPPORTED and not (flag in ("-tp", "-pp") and value == "1"):
-            yield Problem(
-                "unsupported-feature",
-                "engine.extra_args",
-                f"{flag}: {_TT_UNSUPPORTED[flag]}",
-                f"Remove {flag} for engine=tt",
-            )
-        elif engine == "tt" and flag == "--max-logprobs" and value is not None and _int(value) > MAX_LOGPROBS:
-            yield Problem(
-                "unsupported-feature",
-                "engine.extra_args",
-                f"--max-logprobs {value} exceeds the TT limit of 20",
-                "Use --max-logprobs 20 or less",
-            )
+        if flag in refused:
+            yield from _refused_flag(flag, value, *refused[flag], state)
+        elif flag in PLAN_OWNED_FLAGS:
+            yield Problem("flag-owned-by-config", "engine.extra_args", f"{flag} is set from {PLAN_OWNED_FLAGS[flag]}",
+                          f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead")  # fmt: skip
+
+
+def _refused_flag(flag: str, value: str | None, key: str, rule: Any, state: PluginState | None) -> Iterator[Problem]:
+    if value is not None and value in rule.allowed:
+        return
+    if key == "max_logprobs" and state is not None:
+        if value is not None and value.isdigit() and int(value) > state.max_logprobs:
+            yield _with_rule(Problem("unsupported-feature", "engine.extra_args",
+                                     f"--max-logprobs {value} exceeds the TT limit of {state.max_logprobs}: "
+                                     f"{rule.refusal}",
+                                     f"Use --max-logprobs {state.max_logprobs} or less"),
+                             "feature.max_logprobs", rule.status, state)  # fmt: skip
+        return
+    label = state.label if state else "this state"
+    yield _with_rule(Problem("unsupported-feature", "engine.extra_args",
+                             f"{flag}: {rule.reason} is not supported by vllm-tt-plugin at {label} ({rule.refusal})",
+                             f"Remove {flag} for engine=tt"), f"feature.{key}", rule.status, state)  # fmt: skip
+
+
+def split_additional_config(args: tuple[str, ...], state: PluginState | None) -> ExtraArgs:
+    """Fold `--additional-config '{"tt": ...}'` and `--additional-config.tt.X v` out of raw args into tt keys.
+
+    vLLM turns dotted keys into one JSON argument appended last, which replaces any earlier JSON one
+    wholesale; the plan therefore passes a single merged `--additional-config` instead of either.
+    """
+    kept: list[str] = []
+    tt: dict[str, Any] = {}
+    forms: list[str] = []
+    problems: list[Problem] = []
+    skip = False
+    for i, token in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        name, eq, inline = token.partition("=")
+        # vLLM turns underscores into dashes only up to the first dot: the nested keys keep theirs.
+        head, dot, rest = name.partition(".")
+        normal = (head.replace("_", "-") if name.startswith("--") else head) + dot + rest
+        if normal != _ADDITIONAL and not normal.startswith(_ADDITIONAL + "."):
+            kept.append(token)
+            continue
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        skip = not eq
+        form = "json" if normal == _ADDITIONAL else "dotted"
+        forms.append(form)
+        parsed, problem = _parse_form(form, normal, value)
+        problems += [problem] if problem else []
+        tt.update(parsed)
+    if state is not None:
+        problems += [_form_refused(f, state) for f in dict.fromkeys(forms) if f not in state.additional_config_forms]
+    return ExtraArgs(tuple(kept), tt, tuple(dict.fromkeys(forms)), tuple(problems))
+
+
+def _parse_form(form: str, flag: str, value: str | None) -> tuple[dict[str, Any], Problem | None]:
+    where = "engine.extra_args"
+    if value is None:
+        return {}, Problem("extra-args", where, f"{flag} has no value", f"Pass {flag} <value>")
+    if form == "dotted":
+        path = flag.removeprefix(_ADDITIONAL + ".").split(".")
+        if path[0] != "tt" or len(path) != 2:
+            return {}, Problem("tt-config-key", where, f"{flag}: vllm-tt-plugin reads only additional_config['tt']"
+                               "[key]", "Write --additional-config.tt.<key> <value>",
+                               rule="additional_config.forms")  # fmt: skip
+        return {path[1]: _dotted_value(value)}, None
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as err:
+        return {}, Problem("extra-args", where, f"{flag}: not JSON ({err.msg})", """Pass '{"tt": {...}}'""",
+                           rule="additional_config.forms")  # fmt: skip
+    if not isinstance(data, dict) or not isinstance(data.get("tt", {}), dict) or set(data) - {"tt"}:
+        return {}, Problem("tt-config-key", where, f"{flag}: additional_config must be {{\"tt\": {{...}}}} for TT",
+                           "Set tt.<key> instead", rule="additional_config.forms")  # fmt: skip
+    return dict(data.get("tt", {})), None
+
+
+def _dotted_value(text: str) -> Any:
+    """vLLM reads a dotted value as JSON when it parses, else as the literal string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _form_refused(form: str, state: PluginState) -> Problem:
+    return Problem("extra-args", "engine.extra_args", f"the {form} form of --additional-config is not read at "
+                   f"{state.label}", "Set tt.<key> instead", rule="additional_config.forms")  # fmt: skip
 
 
 def cpu_kv_cache_bytes(args: tuple[str, ...], env: Mapping[str, str]) -> int | None:
@@ -239,6 +281,15 @@ def flag_names(args: tuple[str, ...]) -> Iterator[tuple[str, str | None]]:
         yield name.replace("_", "-"), inline if eq else following
 
 
+def _with_rule(problem: Problem, rule: str, status: str, state: PluginState | None) -> Problem:
+    """Attach the rule id; an unverified rule only warns, naming its doubt."""
+    if status == "unverified" and problem.severity == "error":
+        label = state.label if state else ""
+        return Problem(problem.code, problem.key, f"{problem.message} (unverified at {label}: the records disagree "
+                       "or name no commit)", problem.fix, "warning", rule)  # fmt: skip
+    return Problem(problem.code, problem.key, problem.message, problem.fix, problem.severity, rule)
+
+
 def _is_grid(text: str) -> bool:
     parts = text.strip("()[] ").split(",")
     return len(parts) == 2 and all(p.strip().isdigit() for p in parts)
@@ -246,7 +297,3 @@ def _is_grid(text: str) -> bool:
 
 def _is_number(token: str) -> bool:
     return token.lstrip("-").replace(".", "", 1).isdigit()
-
-
-def _int(text: str) -> int:
-    return int(text) if text.isdigit() else 0

@@ -23,7 +23,8 @@ from appliance.resources import models_dir
 __all__ = [
     "MODELS_DIR",
     "Architecture",
-    "Capability",
+    "CapabilityFact",
+    "CapabilityRecord",
     "Checkpoint",
     "CompatibilityMatrix",
     "DeviceRow",
@@ -32,26 +33,70 @@ __all__ = [
 ]
 
 MODELS_DIR = models_dir()
-Capability = Literal["prefix_caching", "async_decode", "sample_on_device"]
 _FORBID = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True, slots=True)
+class CapabilityRecord:
+    """What one source says a tt-metal class declares in `model_capabilities`, at a tt-metal commit."""
+
+    __pydantic_config__ = _FORBID
+
+    declares: Mapping[str, bool | int]
+    source: str
+    tt_metal: str | None = None
+    """The tt-metal commit the record was read at; None when the source names no commit."""
+    target: str | None = None
+    """The class (`module:Class`) it describes when that is not the architecture's default target."""
+    status: Literal["verified", "unverified"] = "unverified"
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityFact:
+    """One capability of the class a row runs: declared (True/False) or unknown (None), and how sure."""
+
+    key: str
+    value: bool | int | None
+    verified: bool
+    source: str
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Architecture:
-    """What vllm-tt-plugin registers for one HF architecture, and what that class declares."""
+    """One HF architecture: the TT class the plugin maps it to, and the capability records of that class."""
 
     __pydantic_config__ = _FORBID
 
     tt_class: str
     target: str | None
-    capabilities: tuple[Capability, ...]
-    registered: bool = True
-    """False where the plugin has no class for it: listed only to say why it is refused."""
+    capabilities: tuple[CapabilityRecord, ...]
+    model_type: str | None = None
+    """The HF config's model_type (vllm-tt-plugin 0.25.1 gates chunked prefill on it)."""
+    env_targets: Mapping[str, str] = field(default_factory=dict)
+    """`VAR=value` -> the class the plugin loads instead when that environment variable is set so."""
     moe: bool = False
     mrope: bool = False
     vision: bool = False
     accepts_optimizations: bool = True
-    chunked_prefill: bool = False
+
+    def resolved_target(self, env: Mapping[str, str]) -> str | None:
+        """The class the plugin loads under `env` (a TT_*_TEXT_VER can select another one)."""
+        chosen = [
+            t for spec, t in self.env_targets.items() if env.get(spec.partition("=")[0]) == spec.partition("=")[2]
+        ]
+        return chosen[0] if chosen else self.target
+
+    def capability(self, key: str, tt_metal: str | None, target: str | None = None) -> CapabilityFact:
+        """What the records say about `key` for the class at `tt_metal`: verified only by a verified record."""
+        target = target or self.target
+        records = [r for r in self.capabilities if (r.target or self.target) == target]
+        exact = [r for r in records if r.tt_metal and tt_metal and _same_commit(r.tt_metal, tt_metal)]
+        unpinned = [r for r in records if r.tt_metal is None and key in r.declares]
+        record = next(iter(exact), None) or next(iter(unpinned), None)
+        if record is None:
+            return CapabilityFact(key, None, False, "no capability record for this class and key", target)
+        return CapabilityFact(key, record.declares.get(key), record.status == "verified", record.source, target)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +204,11 @@ def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
     if problems:
         raise ConfigError(tuple(problems))
     return CompatibilityMatrix(MappingProxyType(families))
+
+
+def _same_commit(a: str, b: str) -> bool:
+    """Commits written at different lengths (short and full hashes) name the same one."""
+    return a.startswith(b) or b.startswith(a)
 
 
 def _consistency(path: Path, family: Family) -> list[Problem]:

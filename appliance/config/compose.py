@@ -25,7 +25,9 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import TypeAdapter, ValidationError
 
+from appliance.config.constraints import check_constraints
 from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
+from appliance.config.secrets import find_secrets, redact
 from appliance.errors import ConfigError, Problem
 from appliance.resources import conf_dir
 
@@ -44,9 +46,10 @@ COMMAND_LINE = "command line"
 _ADAPTER: TypeAdapter[ApplianceConfig] = TypeAdapter(ApplianceConfig)
 _GROUP_ALIAS = re.compile(rf"^\+(?P<group>{'|'.join(GROUPS)})=")
 _GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
+_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 _OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
-_OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env)\.[^=]+=)")
+_OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env|engine\.secret_env)\.[^=]+=)")
 
 
 def compose_config(
@@ -91,10 +94,14 @@ def compose_config(
     with _extra_root(site_dir, host_file) as extra_root:
         raw, choices = _compose(normalized, extra_root)
         provenance = _provenance(choices, normalized, extra_root)
+    if secrets := find_secrets(raw, provenance):
+        raise ConfigError(tuple(secrets))  # before parsing: a type error would echo the value
     try:
         config = _ADAPTER.validate_python(raw)
     except ValidationError as err:
         raise ConfigError(tuple(_schema_problem(e, choices) for e in err.errors())) from None
+    if problems := check_constraints(config):
+        raise ConfigError(tuple(problems))
     digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
     return ComposedConfig(
         config=config,
@@ -168,7 +175,7 @@ def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[
 
 def _hydra_problem(err: Exception) -> Problem:
     """Turn Hydra's multi-line exceptions into one line that names the key or file."""
-    text = " ".join(str(err).split()).split(" Config search path:")[0]
+    text = redact(" ".join(str(err).split()).split(" Config search path:")[0])
     key = getattr(err, "full_key", "") or ""
     missing = re.search(r"Could not (?:find|load) '(?:\w+/)?(?P<group>\w+)/", text)
     if missing:
@@ -203,6 +210,15 @@ def _schema_problem(error: Any, choices: Mapping[str, str]) -> Problem:
         )
     if error["type"] == "missing":
         return _problem("missing-key", key, f"`{key}` has no value", f"Set {key}=<value>")
+    key = key.removesuffix(".[key]")
+    if error["type"] == "string_pattern_mismatch":
+        return _problem("bad-value", key, f"{error.get('input')!r} is not an environment variable name",
+                        f"Set {key} to letters, digits and _ (not starting with a digit)")  # fmt: skip
+    if error["type"] == "string_too_short":
+        return _problem("bad-value", key, "is empty", f"Give {key} a value or leave it out")
+    if error["type"] in _RANGE_ERRORS:
+        bound = error["msg"].removeprefix("Input should be ")
+        return _problem("bad-value", key, f"{error.get('input')!r} is out of range", f"Set {key} {bound}")
     return _problem("bad-type", key, f"{error['msg']} (got {error.get('input')!r})", f"Set {key} to a valid value")
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict
+from annotated_types import Ge, Gt, Le, MinLen
+from pydantic import ConfigDict, StringConstraints
 
 __all__ = [
     "ApplianceConfig",
@@ -38,16 +39,24 @@ EngineKind = Literal["tt", "cpu"]
 
 _STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
+# The range of every value, enforced when a composition is parsed (tests/test_schema_ranges.py walks them).
+Port = Annotated[int, Ge(1), Le(65535)]
+Seconds = Annotated[float, Gt(0)]
+Count = Annotated[int, Ge(1)]
+Share = Annotated[float, Ge(0), Le(1)]
+Name = Annotated[str, MinLen(1)]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     __pydantic_config__ = _STRICT
 
-    family: str
+    family: Name
     """Model family: the name of a file in models/ (llama, qwen, mistral, gemma, ...)."""
-    checkpoint: str
+    checkpoint: Name
     """Hugging Face repo id or local directory; must be a checkpoint the family's matrix lists."""
-    served_name: str | None = None
+    served_name: Name | None = None
     """Name clients pass as `model`; defaults to the checkpoint."""
 
 
@@ -61,17 +70,17 @@ class MeshConfig:
     """The conf/mesh option this came from; the matrix is keyed by it."""
     arch: Literal["wormhole", "blackhole", "cpu", "auto"]
     """Chip architecture."""
-    chips: int
+    chips: Annotated[int, Ge(0)]
     """Number of chips the mesh spans."""
-    boards: int
+    boards: Annotated[int, Ge(0)]
     """Number of boards (PCIe cards or Galaxy trays) the mesh spans."""
     board_name: str | None
     """Board type as tt-smi and the Kubernetes DRA driver report it (n150, n300, p150, ...)."""
-    shape: tuple[int, int]
+    shape: tuple[Count, Count]
     """Logical mesh grid (rows, columns)."""
     mesh_device: str | None
     """MESH_DEVICE value the plugin expects; None for the CPU mesh."""
-    devices: int | None = None
+    devices: Count | None = None
     """Devices the driver enumerates for the mesh (Kubernetes DRA count): one per MMIO-anchored board,
     so an n300 is one but a Galaxy is 32; None means one per board."""
 
@@ -93,13 +102,15 @@ class EngineConfig:
 
     kind: Literal["tt", "cpu", "auto"]
     """Engine: tt (vLLM + vllm-tt-plugin), cpu (vLLM on the CPU), auto (from the mesh)."""
-    python: str | None = None
+    python: Name | None = None
     """Engine interpreter; None uses the environment `appliance build` made under .engines/."""
     extra_args: tuple[str, ...] = ()
     """Raw vLLM flags appended to the command; validated like everything else."""
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[EnvName, str] = field(default_factory=dict)
     """Extra environment for the engine process (non-secret values only)."""
-    ready_timeout_s: float = 600.0
+    secret_env: Mapping[EnvName, EnvName] = field(default_factory=dict)
+    """Secret environment by name: engine variable -> the appliance's variable holding the value."""
+    ready_timeout_s: Seconds = 600.0
     """Readiness budget: how long boot may take before the engine counts as failed."""
     scheduler: Literal["default", "phased"] = "default"
     """default: the platform's own scheduler; phased: every step prefill-only or decode-only, prefill first,
@@ -110,17 +121,17 @@ class EngineConfig:
 class ServingConfig:
     __pydantic_config__ = _STRICT
 
-    host: str = "127.0.0.1"
+    host: Name = "127.0.0.1"
     """Address the engine's OpenAI API binds to."""
-    port: int = 8000
+    port: Port = 8000
     """Port of the engine's OpenAI API (clients talk to it directly)."""
-    max_context: int | None = None
+    max_context: Count | None = None
     """Longest request in tokens (vLLM --max-model-len); None uses the matrix row's maximum."""
-    max_concurrency: int | None = None
+    max_concurrency: Count | None = None
     """Concurrent sequences (vLLM --max-num-seqs, whole system); None uses the row's maximum."""
-    data_parallel: int | None = None
+    data_parallel: Count | None = None
     """Data-parallel size; None uses the row's value."""
-    api_key_env: str | None = None
+    api_key_env: EnvName | None = None
     """Name of the environment variable holding the OpenAI API key clients must send."""
 
 
@@ -134,6 +145,12 @@ class FeaturesConfig:
     """Async scheduling (decode overlap); the model must declare it."""
     sample_on_device: Literal["all", "decode_only", "off"] | None = None
     """On-device sampling mode; None takes the matrix row's value."""
+    chunked_prefill: bool | None = None
+    """Chunked prefill; None keeps the platform's default (TT: on only where the plugin state and model allow it)."""
+    speculative: Literal["off", "ngram"] = "off"
+    """Speculative decoding method (TT: only where the plugin state supports it, greedy verification)."""
+    speculative_tokens: Count = 4
+    """Draft tokens per step (vLLM num_speculative_tokens) when speculative is on."""
     strict: bool = True
     """A requested capability the model does not declare is an error (false: a warning)."""
 
@@ -142,11 +159,11 @@ class FeaturesConfig:
 class ControlConfig:
     __pydantic_config__ = _STRICT
 
-    host: str = "127.0.0.1"
+    host: Name = "127.0.0.1"
     """Address of the appliance's control API (loopback unless you mean it)."""
-    port: int = 8100
+    port: Port = 8100
     """Port of the control API."""
-    token_env: str = "APPLIANCE_TOKEN"
+    token_env: EnvName = "APPLIANCE_TOKEN"
     """Environment variable holding the control API token; if unset a 0600 token file is made."""
 
 
@@ -154,31 +171,39 @@ class ControlConfig:
 class SupervisorConfig:
     __pydantic_config__ = _STRICT
 
-    health_interval_s: float = 2.0
+    health_interval_s: Seconds = 2.0
     """Seconds between /health probes once ready."""
-    hang_timeout_s: float = 30.0
+    hang_timeout_s: Seconds = 30.0
     """A ready engine whose /health fails this long is restarted."""
-    stop_grace_s: float = 10.0
+    stop_grace_s: Seconds = 10.0
     """Seconds between SIGTERM and SIGKILL when stopping the engine's process group."""
-    shutdown_timeout_s: float = 60.0
+    shutdown_timeout_s: Seconds = 60.0
     """How long a drain waits for in-flight requests before stopping anyway."""
-    max_restarts: int = 5
+    max_restarts: Annotated[int, Ge(0)] = 5
     """Crash restarts allowed before the appliance stays failed."""
-    backoff_initial_s: float = 1.0
+    backoff_initial_s: Seconds = 1.0
     """First restart delay; doubles per consecutive crash."""
-    backoff_max_s: float = 30.0
+    backoff_max_s: Seconds = 30.0
     """Cap on the restart delay."""
+    deregister_s: Annotated[float, Ge(0)] = 0.0
+    """Seconds between readiness turning 503 (a drain, restart or stop begins) and the engine being told to
+    stop accepting: time for load balancers to take the appliance out of rotation."""
+    on_device_fault: Literal["fail", "reset_once"] = "fail"
+    """A device fault during boot fails at once; reset_once runs `reset_command` once and retries, then
+    stays failed (quarantined) if the fault comes back."""
+    reset_command: tuple[Name, ...] = ("tt-smi", "-r")
+    """The board reset `reset_once` runs (argv, no shell)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SiteConfig:
     __pydantic_config__ = _STRICT
 
-    name: str = "default"
+    name: Name = "default"
     """Site name shown in plans, the console and the fleet inventory."""
     min_status: Status = "experimental"
     """Lowest matrix status tier this site accepts."""
-    hf_token_env: str = "HF_TOKEN"
+    hf_token_env: EnvName = "HF_TOKEN"
     """Environment variable holding the Hugging Face token (passed by name, never by value)."""
     description: str = ""
     """Free text for operators."""
@@ -188,13 +213,13 @@ class SiteConfig:
 class PathsConfig:
     __pydantic_config__ = _STRICT
 
-    cache_dir: str
+    cache_dir: Name
     """Model, tensor and generated-checkpoint caches."""
-    state_dir: str
+    state_dir: Name
     """Locks, tokens and boot records."""
-    log_dir: str
+    log_dir: Name
     """Rotating engine logs."""
-    engines_dir: str | None = None
+    engines_dir: Name | None = None
     """Where `appliance build` puts engine environments; None: .engines beside conf/."""
 
 
@@ -204,13 +229,13 @@ class LengthDistribution:
 
     kind: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
     """Shape of the distribution of token counts."""
-    mean: int = 128
+    mean: Count = 128
     """Mean token count (the value itself for `fixed`)."""
-    std: float = 0.0
+    std: Annotated[float, Ge(0)] = 0.0
     """Standard deviation for `normal`/`lognormal` (in tokens)."""
-    min: int = 1
+    min: Count = 1
     """Lower clamp (and lower bound for `uniform`)."""
-    max: int = 4096
+    max: Count = 4096
     """Upper clamp (and upper bound for `uniform`)."""
 
 
@@ -224,37 +249,37 @@ class WorkloadConfig:
     """Workload name (the conf/workload option)."""
     arrival: Literal["poisson", "concurrency"] = "concurrency"
     """Open loop with Poisson arrivals at `rate_per_s`, or a closed loop of `concurrency` streams."""
-    rate_per_s: float = 1.0
+    rate_per_s: Annotated[float, Gt(0)] = 1.0
     """Mean arrival rate for `poisson`."""
-    concurrency: int = 4
+    concurrency: Count = 4
     """Concurrent streams for `concurrency`."""
     prompt_tokens: LengthDistribution = field(default_factory=LengthDistribution)
     """Prompt length in tokens (exact: prompts are built with the server's tokenizer)."""
     output_tokens: LengthDistribution = field(default_factory=LengthDistribution)
     """Generated tokens per request (max_tokens, with EOS ignored)."""
-    chat_share: float = 1.0
+    chat_share: Share = 1.0
     """Share of requests sent to /v1/chat/completions (the rest to /v1/completions)."""
     stream: bool = True
     """Stream responses (needed for TTFT and inter-token latency)."""
-    structured_output_share: float = 0.0
+    structured_output_share: Share = 0.0
     """Share of requests with a JSON-schema response format."""
-    logprobs_share: float = 0.0
+    logprobs_share: Share = 0.0
     """Share of requests asking for top logprobs."""
-    penalties_share: float = 0.0
+    penalties_share: Share = 0.0
     """Share of requests with presence/frequency/repetition penalties."""
-    shared_prefix_share: float = 0.0
+    shared_prefix_share: Share = 0.0
     """Share of requests starting with a common prefix (prefix-cache friendly)."""
-    shared_prefix_tokens: int = 0
+    shared_prefix_tokens: Annotated[int, Ge(0)] = 0
     """Length of that common prefix."""
-    slo_ttft_ms: float = 2000.0
+    slo_ttft_ms: Annotated[float, Gt(0)] = 2000.0
     """Goodput SLO: time to first token."""
-    slo_itl_ms: float = 200.0
+    slo_itl_ms: Annotated[float, Gt(0)] = 200.0
     """Goodput SLO: mean inter-token latency of a request."""
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
     """Seed for arrivals, lengths and feature draws (a workload replays identically)."""
-    max_requests: int = 200
+    max_requests: Count = 200
     """Upper bound on requests sent in one run (`loadtest --max-requests` overrides it)."""
-    duration_s: float = 60.0
+    duration_s: Annotated[float, Gt(0)] = 60.0
     """Window in which requests are sent (`loadtest --duration` overrides it); in-flight ones may finish."""
 
 

@@ -1,1 +1,1 @@
-"""The control API on top of the runtime: its routes and typed documents."""
+"""The control API on top of the runtime, its typed documents, and the one client everything else uses."""

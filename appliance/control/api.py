@@ -1,84 +1,112 @@
-"""The control API: state, the appliance's own metrics, engine logs, drain and restart.
+"""The control API: state, load, the appliance's own metrics, engine logs, drain and restart.
 
 Clients send inference to the engine's OpenAI port directly; this API only observes and acts.
-Every route but /livez needs the bearer token.
+Every route but /livez and /readyz needs the bearer token. JSON routes answer the documents of
+`appliance.control.documents`, which `appliance.control.client` parses.
 """
 
 from __future__ import annotations
 
 import hmac
-import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client import Enum as EnumMetric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from pydantic_core import to_jsonable_python
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
-from appliance.host import discover_host
-from appliance.observe.host_usage import UsageSampler
+from appliance.control.capabilities import CapabilityView
+from appliance.control.documents import (
+    AcceptedDocument,
+    BootDocument,
+    CheckDocument,
+    ChecksDocument,
+    DevicesDocument,
+    EventDocument,
+    FaultDocument,
+    HostDocument,
+    PlanDocument,
+    SlotsDocument,
+    StateDocument,
+    UsageDocument,
+    render,
+    validate,
+)
+from appliance.control.load import LoadTracker
+from appliance.control.sources import EngineMetrics, Sources, Supervised
+from appliance.host import HostFacts
+from appliance.observe.host_usage import HostUsage, UsageSampler
+from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
-from appliance.runtime.lifecycle import EngineState
-from appliance.runtime.supervisor import Command, EngineEvent, EngineSupervisor
+from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.supervisor import Command, SupervisorSnapshot
 
-__all__ = ["create_app", "host_document", "state_document"]
+__all__ = ["checks_document", "create_app", "create_slots_app", "host_document", "state_document"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 _MAX_TAIL = 10_000
+_STATE_EVENTS = 50  # the latest lifecycle changes /state carries
 _BOOT = (EngineState.STARTING, EngineState.LOADING, EngineState.WARMING)
 
 
-def state_document(sup: EngineSupervisor) -> dict[str, Any]:
+def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocument:
     """What GET /state returns: lifecycle, identity of the config, and the plan without secrets."""
-    plan = sup.plan
-    return {
-        "state": sup.state.value,
-        "pid": sup.pid,
-        "uptime_s": sup.uptime(),
-        "restarts": sup.restarts,
-        "last_error": sup.last_error,
-        "engine_url": plan.base_url,
-        "health_url": plan.health_url,
-        "site": plan.site,
-        "family": plan.family,
-        "checkpoint": plan.checkpoint,
-        "served_name": plan.served_name,
-        "mesh": plan.mesh,
-        "engine": plan.engine,
-        "config_hash": plan.config_hash,
-        "max_context": plan.max_context,
-        "max_concurrency": plan.max_concurrency,
-        "choices": dict(plan.choices),
-        "provenance": dict(plan.provenance),
-        "config": dict(plan.resolved),
-        "plan": {"argv": list(plan.argv), "env": dict(plan.env), "secret_env": dict(plan.secret_env)},
-        "events": [_event(e) for e in sup.events[-50:]],
-    }
+    return StateDocument(
+        state=snapshot.state.value,
+        pid=snapshot.pid,
+        uptime_s=snapshot.uptime_s,
+        restarts=snapshot.restarts,
+        last_error=snapshot.last_error,
+        engine_url=plan.base_url,
+        health_url=plan.health_url,
+        site=plan.site,
+        family=plan.family,
+        checkpoint=plan.checkpoint,
+        served_name=plan.served_name,
+        mesh=plan.mesh,
+        engine=plan.engine,
+        config_hash=plan.config_hash,
+        max_context=plan.max_context,
+        max_concurrency=plan.max_concurrency,
+        choices=dict(plan.choices),
+        provenance=dict(plan.provenance),
+        config=dict(plan.resolved),
+        plan=PlanDocument(plan.argv, dict(plan.env), dict(plan.secret_env)),
+        events=tuple(_event(e) for e in snapshot.events[-_STATE_EVENTS:]),
+        fault=None if snapshot.fault is None else validate(FaultDocument, snapshot.fault),
+        quarantined=snapshot.quarantined,
+        boot=None if snapshot.boot is None else validate(BootDocument, snapshot.boot),
+    )
 
 
-def host_document(sup: EngineSupervisor, usage: UsageSampler) -> dict[str, Any]:
+def host_document(facts: HostFacts, usage: HostUsage) -> HostDocument:
     """What GET /host returns: the boards as host discovery reports them, and CPU and memory use."""
-    return {
-        "devices": to_jsonable_python(discover_host(), fallback=dict),
-        "usage": to_jsonable_python(usage.read(sup.pid)),
-    }
+    return HostDocument(validate(DevicesDocument, facts), validate(UsageDocument, usage))
 
 
-def _event(event: EngineEvent) -> dict[str, Any]:
-    return {"at": event.at, "from": event.previous.value, "to": event.state.value, "reason": event.reason}
+def checks_document(checks: Sequence[CheckResult]) -> ChecksDocument:
+    """What GET /checks returns: the preflight results serve ran."""
+    return ChecksDocument(tuple(validate(CheckDocument, c) for c in checks))
+
+
+def _event(event: EngineEvent) -> EventDocument:
+    return EventDocument(event.at, event.previous.value, event.state.value, event.reason)
+
+
+def _json(document: object, status_code: int = 200) -> Response:
+    return Response(render(document), status_code=status_code, media_type="application/json")
 
 
 class _Metrics:
     """The appliance's own Prometheus metrics, in a registry of its own (no global state)."""
 
-    def __init__(self, sup: EngineSupervisor) -> None:
+    def __init__(self, sup: Supervised) -> None:
         self.registry = CollectorRegistry()
         self._state = EnumMetric(
             "appliance_engine_state", "Engine lifecycle state", states=[s.value for s in EngineState],
@@ -93,9 +121,9 @@ class _Metrics:
         plan = sup.plan
         info.info({"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
                    "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
-        self._state.state(sup.state.value)
+        self._state.state(sup.snapshot().state.value)
         self._entered = time.monotonic()
-        sup.listeners.append(self.on_event)
+        sup.subscribe(self.on_event)
 
     def on_event(self, event: EngineEvent) -> None:
         now = time.monotonic()
@@ -108,12 +136,8 @@ class _Metrics:
             self._restarts.inc()
 
 
-def create_app(sup: EngineSupervisor, token: str, checks: Sequence[CheckResult] = ()) -> Starlette:
-    """The ASGI app for one supervised engine; `checks` are the preflight results serve ran."""
-    metrics = _Metrics(sup)
+def _guard(token: str) -> Callable[[Handler], Handler]:
     expected = token.encode()
-    usage = UsageSampler()
-    tls = ssl.create_default_context()  # built once: a client building its own costs ~50 ms of CPU
 
     def guarded(handler: Handler) -> Handler:
         async def check(request: Request) -> Response:
@@ -124,23 +148,46 @@ def create_app(sup: EngineSupervisor, token: str, checks: Sequence[CheckResult] 
 
         return check
 
+    return guarded
+
+
+def create_app(
+    sup: Supervised, token: str, checks: Sequence[CheckResult] = (), sources: Sources | None = None
+) -> Starlette:
+    """The ASGI app for one supervised engine; `checks` are the preflight results serve ran."""
+    sources = sources or Sources()
+    metrics = _Metrics(sup)
+    engine = EngineMetrics(sup.plan.base_url, sources.engine)
+    capabilities = CapabilityView(sup)
+    load = LoadTracker(sup, engine, sources.clock, capabilities)
+    usage = sources.usage or UsageSampler().read
+    guarded = _guard(token)
+
     async def livez(_: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def readyz(_: Request) -> Response:
+        # For load balancers (no token): 503 the moment a drain, restart or stop begins.
+        state = sup.snapshot().state
+        return PlainTextResponse(state.value, status_code=200 if state is EngineState.READY else 503)
+
     async def state(_: Request) -> Response:
-        return JSONResponse(state_document(sup))
+        document = state_document(sup.snapshot(), sup.plan)
+        return _json(replace(document, capabilities=capabilities.document()))
+
+    async def load_now(_: Request) -> Response:
+        return _json(await load.document())
 
     async def prometheus(_: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def host(_: Request) -> Response:
-        return JSONResponse(host_document(sup, usage))
+        return _json(host_document(sources.host(), usage(sup.snapshot().pid)))
 
     async def engine_metrics(_: Request) -> Response:
-        # Relayed so a remote console needs only the control port, whatever serving.host binds.
+        # Relayed so a remote reader needs only the control port, whatever serving.host binds.
         try:
-            async with httpx.AsyncClient(verify=tls, timeout=5.0, trust_env=False) as http:
-                reply = await http.get(f"{sup.plan.base_url}/metrics")
+            reply = await engine.fetch()
         except httpx.HTTPError as error:
             return JSONResponse({"error": f"engine /metrics unreachable: {error}"}, status_code=502)
         return Response(reply.content, status_code=reply.status_code, media_type=reply.headers.get("content-type"))
@@ -148,7 +195,7 @@ def create_app(sup: EngineSupervisor, token: str, checks: Sequence[CheckResult] 
     async def preflight(_: Request) -> Response:
         if not checks:
             return JSONResponse({"error": "no preflight checks were run"}, status_code=404)
-        return JSONResponse({"checks": to_jsonable_python(list(checks), fallback=dict)})
+        return _json(checks_document(checks))
 
     async def logs(request: Request) -> Response:
         text = request.query_params.get("tail", "200")
@@ -169,14 +216,16 @@ def create_app(sup: EngineSupervisor, token: str, checks: Sequence[CheckResult] 
     def action(command: Command) -> Handler:
         async def act(_: Request) -> Response:
             sup.request(command)
-            return JSONResponse({"accepted": command, "state": sup.state.value}, status_code=202)
+            return _json(AcceptedDocument(command, sup.snapshot().state.value), status_code=202)
 
         return act
 
     return Starlette(
         routes=[
             Route("/livez", livez),
+            Route("/readyz", readyz),
             Route("/state", guarded(state)),
+            Route("/load", guarded(load_now)),
             Route("/metrics", guarded(prometheus)),
             Route("/engine/metrics", guarded(engine_metrics)),
             Route("/host", guarded(host)),
@@ -184,5 +233,41 @@ def create_app(sup: EngineSupervisor, token: str, checks: Sequence[CheckResult] 
             Route("/logs", guarded(logs)),
             Route("/drain", guarded(action("drain")), methods=["POST"]),
             Route("/restart", guarded(action("restart")), methods=["POST"]),
+        ]
+    )
+
+
+def create_slots_app(
+    name: str,
+    sups: Mapping[str, Supervised],
+    token: str,
+    checks: Sequence[CheckResult] = (),
+    sources: Sources | None = None,
+) -> Starlette:
+    """The ASGI app for several slots: GET /slots, and each slot's own app under /slots/<slot>/.
+
+    The single-engine routes at the root answer 404 naming the slot routes, so a client that
+    expects one engine learns why instead of reading one slot as the whole host.
+    """
+    guarded = _guard(token)
+
+    async def livez(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def slots(_: Request) -> Response:
+        states = {slot: state_document(sup.snapshot(), sup.plan) for slot, sup in sups.items()}
+        return _json(SlotsDocument(name, states))
+
+    async def single(request: Request) -> Response:
+        where = ", ".join(f"/slots/{slot}{request.url.path}" for slot in sups)
+        return JSONResponse({"error": f"this appliance serves slots ({name}); ask {where}"}, status_code=404)
+
+    roots = ("/state", "/load", "/metrics", "/engine/metrics", "/host", "/checks", "/logs", "/drain", "/restart")
+    return Starlette(
+        routes=[
+            Route("/livez", livez),
+            Route("/slots", guarded(slots)),
+            *(Route(path, guarded(single), methods=["GET", "POST"]) for path in roots),
+            *(Mount(f"/slots/{slot}", app=create_app(sup, token, checks, sources)) for slot, sup in sups.items()),
         ]
     )

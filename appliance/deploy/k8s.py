@@ -36,6 +36,8 @@ POD_OVERRIDES = (
     "paths.log_dir=/var/log/tt-appliance",
 )
 _PROBE_PERIOD_S = 10
+READINESS_PERIOD_S = 2
+"""Readiness is probed often: `supervisor.deregister_s` must cover one period plus endpoint propagation."""
 _HUGEPAGES = "32Gi"  # what the TIS chart requests for every board shape
 _MEMORY = {"cpu": "4Gi", "tt": "32Gi"}  # cpu: the tiny model's engine peaks near 3 GB (build/cpu/NOTES.md)
 
@@ -114,12 +116,13 @@ def _claim_template(name: str, validated: ValidatedConfig, meta: dict[str, Any])
 
 
 def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any]) -> dict[str, Any]:
-    tt = plan.engine == "tt"
+    tt, sup = plan.engine == "tt", plan.supervisor
     pod: dict[str, Any] = {
         "containers": [_container(name, plan, image)],
         "volumes": _volumes(name, tt),
-        # Drain (shutdown_timeout_s) plus the group kill (stop_grace_s), with room for the appliance's exit.
-        "terminationGracePeriodSeconds": int(plan.supervisor.shutdown_timeout_s + plan.supervisor.stop_grace_s) + 15,
+        # Out of rotation (deregister_s), the drain (shutdown_timeout_s) and the group kill (stop_grace_s),
+        # with room for the appliance's exit.
+        "terminationGracePeriodSeconds": int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s) + 15,
     }
     if tt:
         pod |= {"hostIPC": True, "resourceClaims": [{"name": "boards", "resourceClaimTemplateName": f"{name}-boards"}]}
@@ -159,6 +162,9 @@ def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
         "resources": resources,
         "volumeMounts": mounts,
         **_probes(plan),
+        # The drain runs before the kubelet's SIGTERM: readiness turns 503, endpoints drop the pod,
+        # in-flight requests finish; SIGTERM then finds the engine stopped.
+        "lifecycle": {"preStop": {"exec": {"command": _drain_command(plan)}}},
     }
 
 
@@ -172,16 +178,24 @@ def _secret_env(name: str, plan: LaunchPlan) -> list[dict[str, Any]]:
             for var, optional in wanted.items()]  # fmt: skip
 
 
+def _drain_command(plan: LaunchPlan) -> list[str]:
+    sup = plan.supervisor
+    url = f"http://127.0.0.1:{plan.control.port}"
+    wait = int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s)
+    return ["appliance", "drain", "--url", url, "--token-env", plan.control.token_env, "--wait", str(wait)]
+
+
 def _probes(plan: LaunchPlan) -> dict[str, Any]:
     """Startup covers the readiness budget (an hour of tensor-cache builds on TT); liveness is the appliance."""
 
-    def probe(path: str, port: str, failures: int) -> dict[str, Any]:
-        return {"httpGet": {"path": path, "port": port}, "periodSeconds": _PROBE_PERIOD_S, "timeoutSeconds": 5,
+    def probe(path: str, port: str, failures: int, period: int = _PROBE_PERIOD_S) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "timeoutSeconds": 5,
                 "failureThreshold": failures}  # fmt: skip
 
     return {
         "startupProbe": probe("/health", "openai", math.ceil(plan.ready_timeout_s / _PROBE_PERIOD_S)),
-        "readinessProbe": probe("/health", "openai", 3),
+        # /readyz is 503 from the moment a drain begins, while the engine still serves for deregister_s.
+        "readinessProbe": probe("/readyz", "control", 1, READINESS_PERIOD_S),
         "livenessProbe": probe("/livez", "control", 3),
     }
 

@@ -31,17 +31,26 @@ class SystemdUnit:
 
 
 def render_systemd(
-    plan: LaunchPlan, overrides: Sequence[str], *, appliance: str, site_dir: Path | None = None
+    plan: LaunchPlan,
+    overrides: Sequence[str],
+    *,
+    appliance: str,
+    site_dir: Path | None = None,
+    title: tuple[str, str] | None = None,
 ) -> SystemdUnit:
-    """The unit file that runs `appliance serve overrides...` for `plan`'s config."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"tt-appliance-{plan.site}")
+    """The unit file that runs `appliance serve overrides...` for `plan`'s config.
+
+    `title` (name suffix, description) names a unit serving several slots instead of `plan`'s model.
+    """
+    suffix, description = title or ("", f"{plan.checkpoint} on {plan.mesh} (site {plan.site})")
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"tt-appliance-{plan.site}" + (f"-{suffix}" if suffix else ""))
     env_file = f"/etc/tt-appliance/{stem}.env"
     argv = [appliance, "serve", *overrides, *(["--site-dir", str(site_dir)] if site_dir else [])]
     secrets = sorted({plan.control.token_env, *plan.secret_env.values()})
     sup = plan.supervisor
     sections = {
         "Unit": [
-            ("Description", f"TT serving appliance: {plan.checkpoint} on {plan.mesh} (site {plan.site})"),
+            ("Description", f"TT serving appliance: {description}"),
             ("After", "network-online.target"),
             ("Wants", "network-online.target"),
         ],

@@ -31,6 +31,7 @@ __all__ = ["MANIFEST_NAME", "BuildRecipe", "BuildResult", "RunStep", "WriteStep"
 MANIFEST_NAME = "appliance-manifest.json"
 _TT_ENV = "${TT_METAL_HOME}/python_env"  # tt-metal's create_venv.sh default, shown when it is unset
 _VLLM_COMMON = "https://raw.githubusercontent.com/vllm-project/vllm/v{version}/requirements/common.txt"
+_TORCH_CPU = "https://download.pytorch.org/whl/cpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,8 @@ def _tt_steps(pins: PinManifest, env_dir: str, work: Path, link: str | None) -> 
         WriteStep("overrides: ttnn needs numpy<2, and opencv>=4.13 needs numpy>=2", overrides,
                   "".join(f"{name}{spec}\n" for name, spec in pins.overrides.items())),
         RunStep("vLLM's common requirements, with the overrides", (*uv, "--override", overrides, "-r", common)),
+        *([RunStep("what common.txt omits: CPU builds, no dependencies", (*uv, "--no-deps", "--index-url", _TORCH_CPU,
+                   *(f"{name}{spec}" for name, spec in pins.extras.items())))] if pins.extras else []),
         RunStep(f"vLLM {version} from source as the {pins.vllm.build_target} target, no dependencies",
                 (*uv, "--no-deps", "--no-binary", "vllm", f"vllm=={version}"),
                 MappingProxyType({"VLLM_TARGET_DEVICE": pins.vllm.build_target})),

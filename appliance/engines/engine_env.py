@@ -7,7 +7,6 @@ timeout: the appliance never imports vLLM, torch or ttnn itself, and a hung impo
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -17,12 +16,13 @@ from types import MappingProxyType
 from typing import Any
 
 import filelock
+from packaging.utils import canonicalize_name
 
 from appliance.errors import LaunchError
 from appliance.host import Board, device_lock_name
 from appliance.resources import engine_plugins_dir
 
-__all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "normalize", "probe_ttnn"]
+__all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "probe_ttnn"]
 
 PROBE_SCRIPT = engine_plugins_dir() / "appliance_probe.py"
 MARKER = "@@appliance-probe@@ "
@@ -53,7 +53,7 @@ class EngineEnv:
     """PEP 610 direct_url.json of distributions installed from a VCS or a local directory."""
 
     def version(self, name: str) -> str | None:
-        return self.distributions.get(normalize(name))
+        return self.distributions.get(canonicalize_name(name))
 
     @property
     def vllm_version(self) -> str | None:
@@ -72,11 +72,6 @@ class TtnnProbe:
     """Why chips were not counted (another appliance holds the devices)."""
 
 
-def normalize(name: str) -> str:
-    """PEP 503 normalized distribution name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def inspect_engine(python: str, timeout_s: float = 60.0) -> EngineEnv:
     """The engine environment's distributions and plugin entry points; LaunchError if it cannot be read."""
     data = _run(python, "env", timeout_s)
@@ -84,11 +79,11 @@ def inspect_engine(python: str, timeout_s: float = 60.0) -> EngineEnv:
     return EngineEnv(
         interpreter=python,
         python=str(data["python"]),
-        distributions=MappingProxyType({normalize(k): str(v) for k, v in data["distributions"].items()}),
+        distributions=MappingProxyType({canonicalize_name(k): str(v) for k, v in data["distributions"].items()}),
         vllm_path=data.get("vllm_path"),
-        vllm_distribution=normalize(providers[0]) if providers else None,
+        vllm_distribution=canonicalize_name(providers[0]) if providers else None,
         entry_points=tuple(EntryPoint(e["group"], e["name"], e["value"]) for e in data["entry_points"]),
-        direct_urls=MappingProxyType({normalize(k): v for k, v in data["direct_urls"].items()}),
+        direct_urls=MappingProxyType({canonicalize_name(k): v for k, v in data["direct_urls"].items()}),
     )
 
 

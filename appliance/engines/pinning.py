@@ -14,9 +14,10 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from appliance.engines.engine_env import EngineEnv, normalize
+from appliance.engines.engine_env import EngineEnv
 from appliance.engines.pins import BUILD_DIR, PinManifest
 
 __all__ = ["build_target", "installed_commit", "pin_drift"]
@@ -69,7 +70,7 @@ def _core(env: EngineEnv, pins: PinManifest) -> Iterator[str]:
     for name, wanted in (("torch", pins.torch), ("ttnn", pins.ttnn)):
         if wanted is not None and env.version(name) != wanted:
             yield f"{name}: pinned {wanted}, installed {env.version(name)}"
-    specs = dict(pins.overrides) | ({"numpy": pins.numpy} if pins.numpy else {})
+    specs = dict(pins.overrides) | dict(pins.extras) | ({"numpy": pins.numpy} if pins.numpy else {})
     for name, spec in specs.items():
         yield from _specifier(env, name, spec)
     for name in pins.removed:
@@ -97,7 +98,7 @@ def _plugin(env: EngineEnv, pins: PinManifest, environ: Mapping[str, str]) -> It
         return
     if installed != plugin.version:
         yield f"{plugin.distribution}: pinned {plugin.version}, installed {installed}"
-    commit = installed_commit(env.direct_urls.get(normalize(plugin.distribution), {}))
+    commit = installed_commit(env.direct_urls.get(canonicalize_name(plugin.distribution), {}))
     if commit is None or not commit.startswith(plugin.commit):
         yield f"{plugin.distribution}: pinned commit {plugin.commit}, installed {commit or 'unrecorded'}"
     registered = {(e.group, e.name) for e in env.entry_points}
@@ -134,7 +135,7 @@ def _requirements(env: EngineEnv, pins: PinManifest, build_dir: Path) -> Iterato
         installed = env.version(name)
         if installed != version:
             yield f"{name}: frozen at {version}, installed {installed}"
-    skip = {normalize(n) for n in (*pins.removed, *_UNPINNED_OK)}
+    skip = {canonicalize_name(n) for n in (*pins.removed, *_UNPINNED_OK)}
     extra = sorted(n for n in env.distributions if n not in frozen and n not in skip)
     if extra:
         yield f"not in {pins.requirements}: {', '.join(f'{n} {env.distributions[n]}' for n in extra)}"

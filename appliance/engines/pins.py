@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from pydantic import ConfigDict, TypeAdapter
 
 from appliance.data_files import load_data_file
@@ -57,6 +58,8 @@ class PinManifest:
     removed: tuple[str, ...] = ()
     """Distributions the recipe removes after install (they break imports)."""
     overrides: Mapping[str, str] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)
+    """name -> version spec installed with --no-deps from the CPU PyTorch index after vLLM's requirements."""
 
     def requirement_pins(self, build_dir: Path = BUILD_DIR) -> dict[str, str]:
         """name -> version from the requirements freeze (empty when there is none)."""
@@ -67,7 +70,7 @@ class PinManifest:
             line = raw.split("#", 1)[0].strip()
             if "==" in line:
                 name, version = line.split("==", 1)
-                pins[name.strip().lower().replace("_", "-")] = version.strip()
+                pins[canonicalize_name(name.strip())] = version.strip()
         return pins
 
 

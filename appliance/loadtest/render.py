@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance import markdown
 from appliance.loadtest.plots import write_plots
 from appliance.loadtest.report import LoadReport, report_json
 from appliance.loadtest.stats import Distribution
@@ -94,13 +95,12 @@ def render_markdown(reports: Sequence[LoadReport], plots: Sequence[Path] = ()) -
 def _table(reports: Sequence[LoadReport]) -> str:
     pair = len(reports) == 2
     head = ["metric", "unit", *(r.run.label for r in reports), *(["delta", "delta %"] if pair else [])]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in metric_rows(reports):
-        cells = [row.name, row.unit, *(format_number(v) for v in row.values)]
-        if pair:
-            cells += [format_number(row.delta), format_number(row.percent)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [
+        [row.name, row.unit, *(format_number(v) for v in row.values)]
+        + ([format_number(row.delta), format_number(row.percent)] if pair else [])
+        for row in metric_rows(reports)
+    ]
+    return markdown.table(head, rows)
 
 
 def format_number(value: float | None) -> str:

@@ -17,9 +17,8 @@ import sys
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 
-import httpx
-
 from appliance.config.schema import WorkloadConfig
+from appliance.control.client import ApiError, ControlClient, Target
 from appliance.errors import EngineError
 from appliance.loadtest.generator import LoadProgress, RunWindow
 from appliance.loadtest.report import LoadReport
@@ -86,12 +85,12 @@ async def serve_appliance(
 async def _wait_ready(proc: asyncio.subprocess.Process, control: str, token: str, log: Path, timeout: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=5.0) as http:
+    async with ControlClient([Target("appliance", control, token)], timeout_s=5.0) as api:
         while loop.time() < deadline:
             if proc.returncode is not None:
                 raise EngineError(f"appliance serve exited with {proc.returncode} before ready: {_tail(log)}")
-            with contextlib.suppress(httpx.HTTPError):
-                state = (await http.get(f"{control}/state")).json().get("state")
+            with contextlib.suppress(ApiError):  # not listening yet
+                state = (await api.state("appliance")).state
                 if state == "ready":
                     return
                 if state == "failed":

@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy
+
 from appliance.loadtest.generator import RequestTrace
 
 __all__ = [
@@ -95,14 +97,8 @@ class TimeBin:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile with linear interpolation between order statistics (numpy's default)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    """The q-th percentile, interpolated linearly between order statistics; NaN for no values."""
+    return float(numpy.percentile(values, q)) if len(values) else math.nan
 
 
 def distribution(seconds: Sequence[float]) -> Distribution:

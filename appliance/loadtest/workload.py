@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Literal
 
 from appliance.config.schema import LengthDistribution, WorkloadConfig
@@ -78,44 +77,16 @@ def draw_length(dist: LengthDistribution, rng: random.Random) -> int:
     return min(dist.max, max(dist.min, round(value)))
 
 
-def check_workload(workload: WorkloadConfig, max_model_len: int | None = None) -> list[Problem]:
-    """Values a run cannot use, each naming its workload key; with a server's limit, lengths too."""
-    w = workload
-    rules = [
-        ("rate_per_s", w.arrival == "poisson" and w.rate_per_s <= 0, "> 0"),
-        ("concurrency", w.concurrency < 1, ">= 1"),
-        ("max_requests", w.max_requests < 1, ">= 1"),
-        ("duration_s", w.duration_s <= 0, "> 0"),
-    ]
-    rules += [(f"{name}_share", not 0.0 <= share <= 1.0, "between 0 and 1") for name, share in _shares(w)]
-    rules += [(f"{name}.min", not 1 <= d.min <= d.max, f"between 1 and {name}.max") for name, d in _lengths(w)]
-    found = [
-        Problem("workload-value", f"workload.{key}", f"{attrgetter(key)(w)} is out of range", f"Set it {fix}")
-        for key, bad, fix in rules
-        if bad
-    ]
-    longest = draw_bounds(w.prompt_tokens) + draw_bounds(w.output_tokens)
-    if max_model_len is not None and longest > max_model_len:
-        found.append(
-            Problem(
-                "workload-too-long",
-                "workload.prompt_tokens.max",
-                f"a request can reach {longest} prompt+output tokens but the server accepts {max_model_len}",
-                "Lower workload.prompt_tokens.max or workload.output_tokens.max",
-            )
-        )
-    return found
+def check_workload(workload: WorkloadConfig, max_model_len: int) -> list[Problem]:
+    """Lengths the server cannot take (ranges and min <= max are checked when the config is parsed)."""
+    longest = draw_bounds(workload.prompt_tokens) + draw_bounds(workload.output_tokens)
+    if longest <= max_model_len:
+        return []
+    return [Problem("workload-too-long", "workload.prompt_tokens.max",
+                    f"a request can reach {longest} prompt+output tokens but the server accepts {max_model_len}",
+                    "Lower workload.prompt_tokens.max or workload.output_tokens.max")]  # fmt: skip
 
 
 def draw_bounds(dist: LengthDistribution) -> int:
     """The largest value `draw_length` can return."""
     return min(dist.max, max(dist.min, dist.mean)) if dist.kind == "fixed" else dist.max
-
-
-def _shares(w: WorkloadConfig) -> tuple[tuple[str, float], ...]:
-    return (("chat", w.chat_share), ("structured_output", w.structured_output_share), ("logprobs", w.logprobs_share),
-            ("penalties", w.penalties_share), ("shared_prefix", w.shared_prefix_share))  # fmt: skip
-
-
-def _lengths(w: WorkloadConfig) -> tuple[tuple[str, LengthDistribution], ...]:
-    return ("prompt_tokens", w.prompt_tokens), ("output_tokens", w.output_tokens)

@@ -28,7 +28,9 @@ __all__ = [
     "CheckStatus",
     "HostCheckInput",
     "check",
+    "disk_need",
     "host_checks",
+    "memory_need",
     "params_from_name",
     "require_host_ready",
     "worst",
@@ -206,7 +208,7 @@ def _hugepages(given: HostCheckInput) -> CheckResult:
 def _disk(given: HostCheckInput) -> CheckResult:
     title, cfg, plan = "Free disk for the caches", given.validated.config, given.plan
     where, free = free_disk(Path(cfg.paths.cache_dir))
-    need, basis = _disk_need(given)
+    need, basis = disk_need(plan)
     evidence: dict[str, Any] = {
         "cache_dir": cfg.paths.cache_dir,
         "measured_at": str(where),
@@ -222,8 +224,8 @@ def _disk(given: HostCheckInput) -> CheckResult:
                  model=plan.model_path, **evidence)  # fmt: skip
 
 
-def _disk_need(given: HostCheckInput) -> tuple[int | None, str]:
-    plan = given.plan
+def disk_need(plan: LaunchPlan) -> tuple[int | None, str]:
+    """Bytes the plan's caches still need on disk (None when the model's size is unknown), and why."""
     if plan.generate:
         return GENERATED_MODEL_BYTES, "generated model"
     params = params_from_name(plan.checkpoint)
@@ -236,15 +238,19 @@ def _disk_need(given: HostCheckInput) -> tuple[int | None, str]:
     return weights + cache, f"{params:g}B parameters: bf16 weights unless cached, bfp8 tensor cache for tt"
 
 
+def memory_need(plan: LaunchPlan) -> tuple[int, str, bool]:
+    """Host memory the plan's engine needs, why, and whether too little is fatal (cpu) or slow (tt)."""
+    if plan.engine == "cpu":
+        kv = float(plan.env.get("VLLM_CPU_KVCACHE_SPACE", "4"))
+        return CPU_ENGINE_BASE_BYTES + int(kv * GIB), f"engine processes + {kv:g} GiB KV cache", True
+    params = params_from_name(plan.checkpoint) or 0.0
+    return TT_HOST_BASE_BYTES + int(params * 1e9 * 2), "host-side bf16 checkpoint conversion", False
+
+
 def _memory(given: HostCheckInput) -> CheckResult:
     title, host, plan = "Free memory", given.host, given.plan
     available = host.mem_available_bytes
-    if plan.engine == "cpu":
-        kv = float(plan.env.get("VLLM_CPU_KVCACHE_SPACE", "4"))
-        need, basis, hard = CPU_ENGINE_BASE_BYTES + int(kv * GIB), f"engine processes + {kv:g} GiB KV cache", True
-    else:
-        params = params_from_name(plan.checkpoint) or 0.0
-        need, basis, hard = TT_HOST_BASE_BYTES + int(params * 1e9 * 2), "host-side bf16 checkpoint conversion", False
+    need, basis, hard = memory_need(plan)
     evidence: dict[str, Any] = {
         "available_bytes": available,
         "total_bytes": host.mem_total_bytes,

@@ -29,7 +29,7 @@ from appliance.preflight.isolation import scan_core
 from appliance.preflight.report import PilotReport
 from appliance.preflight.workload_fit import scheduler_check
 from appliance.resources import default_engines_dir
-from appliance.runtime.supervisor import engine_environment
+from appliance.runtime.spawn import engine_environment
 
 __all__ = [
     "CADENCE_PASS",

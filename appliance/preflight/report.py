@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from appliance import markdown
 from appliance.engines.engine_env import EngineEnv, TtnnProbe
 from appliance.host import HostFacts
 from appliance.plan import LaunchPlan
@@ -81,9 +82,10 @@ def report_markdown(report: PilotReport) -> str:
         f"Host `{report.host_name}`, site `{plan.site}`, config `{plan.config_hash}`, generated {report.generated_at} "
         f"by tt-appliance {report.appliance_version}.",
         "",
-        "| check | status | summary |",
-        "|---|---|---|",
-        *(f"| {c.title} (`{c.id}`) | {_MARK[c.status]} | {_cell(c.summary)} |" for c in report.checks),
+        markdown.table(
+            ("check", "status", "summary"),
+            ((f"{c.title} (`{c.id}`)", _MARK[c.status], c.summary) for c in report.checks),
+        ),
         "",
         "## Host",
         "",
@@ -152,14 +154,10 @@ def _engine_text(report: PilotReport) -> str:
 
 def _value(value: Any) -> str:
     if isinstance(value, list | tuple):
-        return "none" if not value else "".join(f"\n  - {_cell(str(v))}" for v in value)
+        return "none" if not value else "".join(f"\n  - {markdown.cell(str(v))}" for v in value)
     if isinstance(value, dict):
         return json.dumps(value)
     return f"`{value}`" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _gib(value: int | None) -> str:

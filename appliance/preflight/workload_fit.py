@@ -76,7 +76,7 @@ def _mix(v: ValidatedConfig) -> _Mix:
 def _describe(v: ValidatedConfig, phased: bool) -> str:
     if not phased:
         return "upstream vLLM scheduler: prefill and decode share a step (chunked prefill)"
-    chunked = v.architecture.chunked_prefill and v.engine == "tt"
+    chunked = v.chunked_prefill is True and v.engine == "tt"
     return "phase-exclusive: each step is prefill-only or decode-only, prefill preferred; " + (
         "chunked prefill on" if chunked else "a whole prompt is one prefill step (no chunked prefill)"
     )
@@ -104,7 +104,7 @@ def _phases(v: ValidatedConfig, mix: _Mix) -> list[str]:
             f"{work.rate_per_s:g} arrivals/s, each a prefill step that pauses every running decode "
             "(prefill is always preferred, so inter-token latency rises with the arrival rate)"
         )
-    if work.prompt_tokens.mean >= LONG_PROMPT and not (v.architecture.chunked_prefill and v.engine == "tt"):
+    if work.prompt_tokens.mean >= LONG_PROMPT and not (v.chunked_prefill is True and v.engine == "tt"):
         effects.append(
             f"long prompts (mean {work.prompt_tokens.mean}, max {work.prompt_tokens.max} tokens) prefill in one "
             "step each, stalling all decodes for its whole duration"
@@ -133,11 +133,15 @@ def _tt_pipeline(v: ValidatedConfig, mix: _Mix) -> tuple[list[str], list[str]]:
     return effects, notes
 
 
+def _declares(v: ValidatedConfig, key: str) -> bool:
+    return v.capabilities is not None and bool(v.capabilities.value(key))
+
+
 def _async_decode(v: ValidatedConfig, mix: _Mix, device_sampling: bool, effects: list[str], notes: list[str]) -> None:
     missing = [
         reason
         for reason, absent in (
-            ("the model does not declare async_decode", "async_decode" not in v.architecture.capabilities),
+            ("the model does not declare async_decode", not _declares(v, "supports_async_decode")),
             ("sampling is not on the device", not device_sampling),
             ("tt.trace_mode is none", v.tt_options.get("trace_mode") == "none"),
         )

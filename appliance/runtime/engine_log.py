@@ -19,12 +19,19 @@ class EngineLog:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / "engine.log"
         self._tail: deque[str] = deque(maxlen=keep)
+        self._written = 0
         self._followers: set[asyncio.Queue[str]] = set()
         self._handler = logging.handlers.RotatingFileHandler(self.path, maxBytes=max_bytes, backupCount=backups)
         self._handler.setFormatter(logging.Formatter("%(message)s"))
 
+    @property
+    def written(self) -> int:
+        """Lines written so far: a reader that remembers it knows how many are new since."""
+        return self._written
+
     def write(self, line: str) -> None:
         self._tail.append(line)
+        self._written += 1
         self._handler.emit(logging.makeLogRecord({"msg": line, "levelno": logging.INFO}))
         for queue in self._followers:
             if not queue.full():  # a stalled follower loses lines rather than stalling the engine

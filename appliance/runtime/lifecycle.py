@@ -17,9 +17,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["TRANSITIONS", "EngineState", "phase_from_log"]
+__all__ = ["TRANSITIONS", "EngineEvent", "EngineState", "phase_from_log"]
 
 
 class EngineState(str, Enum):
@@ -35,6 +36,19 @@ class EngineState(str, Enum):
 
 
 _S = EngineState
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    """One lifecycle change, as the supervisor's subscribers hear of it."""
+
+    at: float
+    """Wall-clock time (epoch seconds)."""
+    previous: EngineState
+    state: EngineState
+    reason: str
+
+
 TRANSITIONS: dict[EngineState, frozenset[EngineState]] = {
     _S.VALIDATING: frozenset({_S.STARTING, _S.FAILED}),
     _S.STARTING: frozenset({_S.LOADING, _S.WARMING, _S.READY, _S.DRAINING, _S.FAILED, _S.RESTARTING}),

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 
 from sdnotify import SystemdNotifier  # type: ignore[import-untyped]
 
-from appliance.runtime.lifecycle import EngineState
-from appliance.runtime.supervisor import EngineEvent
+from appliance.runtime.lifecycle import EngineEvent, EngineState
 
 __all__ = ["LifecycleNotifier", "lifecycle_notifier"]
 

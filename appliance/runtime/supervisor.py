@@ -1,21 +1,21 @@
 """Run the engine from a LaunchPlan: boot, readiness, crash restarts, hangs, drain and stop.
 
-The engine runs in its own session (process group), so a stop reaches every worker it forked,
-and it gets SIGTERM if the appliance dies, so a killed appliance leaves no engine holding devices.
+The supervisor alone changes the lifecycle state; others read a frozen `snapshot()` and hear
+of changes through `subscribe()`. Spawning (own session, death with the appliance) is `spawn`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import re
 import signal
-import sys
+import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -23,14 +23,16 @@ from typing import Literal
 import httpx
 
 from appliance.plan import LaunchPlan
+from appliance.runtime.boot_record import BootClock, BootProgress
 from appliance.runtime.engine_log import EngineLog
-from appliance.runtime.lifecycle import TRANSITIONS, EngineState, phase_from_log
+from appliance.runtime.faults import Fault, FaultLadder, load_fault_ladder, run_reset
+from appliance.runtime.lifecycle import TRANSITIONS, EngineEvent, EngineState, phase_from_log
+from appliance.runtime.spawn import SpawnFn, engine_environment, spawn_engine
 
-__all__ = ["Command", "EngineEvent", "EngineSupervisor", "SpawnFn", "engine_environment", "spawn_engine"]
+__all__ = ["HISTORY", "Command", "EngineSupervisor", "Listener", "SupervisorSnapshot"]
 
 log = logging.getLogger(__name__)
 Command = Literal["drain", "restart", "stop"]
-SpawnFn = Callable[[Sequence[str], Mapping[str, str], str], Awaitable[asyncio.subprocess.Process]]
 _S = EngineState
 _BOOT_ORDER = (_S.STARTING, _S.LOADING, _S.WARMING)
 _STABLE_FACTOR = 10  # ready this many max-backoffs counts as recovered from a crash streak
@@ -39,51 +41,40 @@ _CAUSE_SCAN = 300  # engine lines searched for the exception that explains a fai
 _EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .*")
 # Wrappers vLLM logs around the real error (and on every shutdown); they never explain a failure.
 _WRAPPER_NOISE = re.compile(r"EngineDeadError|EngineCore encountered an issue|Engine core initialization failed")
-_LINE_LIMIT = 1 << 20  # engine log lines can be long (full config dumps)
+HISTORY = 200
+"""Lifecycle events a supervisor keeps (the oldest go first): a crash loop must not grow memory."""
+
+
+Listener = Callable[[EngineEvent], None]
 
 
 @dataclass(frozen=True, slots=True)
-class EngineEvent:
-    at: float
-    """Wall-clock time (epoch seconds)."""
-    previous: EngineState
+class SupervisorSnapshot:
+    """The supervisor at one moment: what GET /state reports of the lifecycle."""
+
     state: EngineState
-    reason: str
-
-
-def engine_environment(plan: LaunchPlan, base: Mapping[str, str]) -> dict[str, str]:
-    """The engine's environment: the appliance's, minus its control token, plus the plan's."""
-    env = {k: v for k, v in base.items() if k != plan.control.token_env}
-    env.update(plan.env)
-    env.update({target: base[source] for target, source in plan.secret_env.items() if source in base})
-    return env
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: deliver SIGTERM to the engine when the appliance dies."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
-async def spawn_engine(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> asyncio.subprocess.Process:
-    """The engine in its own session, in `cwd`: never the operator's directory, whose stray `re.py`
-    or `torch/` would shadow the engine's imports (`python -m` puts the working directory first)."""
-    Path(cwd).mkdir(parents=True, exist_ok=True)
-    return await asyncio.create_subprocess_exec(
-        *argv,
-        env=dict(env),
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-        limit=_LINE_LIMIT,
-    )
+    pid: int | None
+    """The engine's pid (and process group); None while no engine runs."""
+    uptime_s: float | None
+    """Seconds since the engine became ready; None while it is not ready."""
+    restarts: int
+    """Crash restarts since the appliance started."""
+    last_error: str | None
+    events: tuple[EngineEvent, ...]
+    """The most recent lifecycle changes, oldest first (at most the supervisor's `history`)."""
+    fault: Fault | None = None
+    """The fault-ladder match that ended the last boot, with its next step."""
+    quarantined: bool = False
+    """The device fault came back after the one reset `on_device_fault: reset_once` allows: hands needed."""
+    boot: BootProgress | None = None
+    """The boot under way against this config's record on this host."""
 
 
 class EngineSupervisor:
-    """Owns one engine process at a time and every change of its lifecycle state."""
+    """Owns one engine process at a time and every change of its lifecycle state.
+
+    Nothing else writes its state: `request()` asks for a change, the run loop makes it.
+    """
 
     def __init__(
         self,
@@ -93,29 +84,56 @@ class EngineSupervisor:
         spawn: SpawnFn = spawn_engine,
         clock: Callable[[], float] = time.monotonic,
         environ: Mapping[str, str] | None = None,
+        history: int = HISTORY,
+        faults: FaultLadder | None = None,
+        name: str = "engine",
     ) -> None:
         self.plan = plan
+        self.name = name
+        """How its log lines name the engine ("slot chat" when several run in one appliance)."""
         self.log = engine_log
-        self.state = _S.VALIDATING
-        self.pid: int | None = None
-        self.restarts = 0
-        self.last_error: str | None = None
-        self.ready_since: float | None = None
-        self.events: list[EngineEvent] = []
-        self.listeners: list[Callable[[EngineEvent], None]] = []
+        self._state = _S.VALIDATING
+        self._pid: int | None = None
+        self._restarts = 0
+        self._last_error: str | None = None
+        self._ready_since: float | None = None
+        self._events: deque[EngineEvent] = deque(maxlen=history)
+        self._listeners: list[Listener] = []
         self._spawn = spawn
         self._clock = clock
         self._env = engine_environment(plan, os.environ if environ is None else environ)
         self._commands: asyncio.Queue[Command] = asyncio.Queue()
         self._pending: asyncio.Task[Command] | None = None
         self._crashes = 0
+        self._faults = faults or load_fault_ladder()
+        self._fault: Fault | None = None
+        self._faulted = asyncio.Event()
+        self._resets = 0
+        self._boot = BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
+        self._listeners.append(self._boot.on_event)
 
     def request(self, command: Command) -> None:
         """Ask the run loop to drain, restart or stop; safe to call from signal handlers."""
         self._commands.put_nowait(command)
 
-    def uptime(self) -> float | None:
-        return None if self.ready_since is None else self._clock() - self.ready_since
+    def snapshot(self) -> SupervisorSnapshot:
+        """The lifecycle as it is now, frozen."""
+        uptime = None if self._ready_since is None else self._clock() - self._ready_since
+        quarantined = self._resets > 0 and self._state is _S.FAILED
+        return SupervisorSnapshot(
+            self._state, self._pid, uptime, self._restarts, self._last_error, tuple(self._events),
+            self._fault, quarantined, self._boot.progress(),
+        )  # fmt: skip
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener` with every lifecycle change from now on; returns the unsubscribe call."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):  # unsubscribing twice is harmless
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     async def run(self) -> None:
         """Supervise until a stop command has been carried out."""
@@ -128,30 +146,35 @@ class EngineSupervisor:
             self._pending.cancel()
 
     def _change(self, state: EngineState, reason: str) -> None:
-        if state not in TRANSITIONS[self.state]:
-            raise RuntimeError(f"illegal engine transition {self.state.value} -> {state.value} ({reason})")
-        event = EngineEvent(time.time(), self.state, state, reason)
-        self.state = state
-        self.events.append(event)
-        log.info("engine %s -> %s: %s", event.previous.value, state.value, reason)
-        for listener in self.listeners:
+        if state not in TRANSITIONS[self._state]:
+            raise RuntimeError(f"illegal engine transition {self._state.value} -> {state.value} ({reason})")
+        event = EngineEvent(time.time(), self._state, state, reason)
+        self._state = state
+        self._events.append(event)
+        log.info("%s %s -> %s: %s", self.name, event.previous.value, state.value, reason)
+        for listener in tuple(self._listeners):  # a listener may unsubscribe itself
             listener(event)
 
     async def _attempt(self) -> str:
         self._change(_S.STARTING, "spawning the engine")
+        self._fault = None
+        self._faulted.clear()
         proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir)
-        self.pid = proc.pid
+        self._pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
         exited = asyncio.create_task(proc.wait())
         outcome = await self._watch(exited)
         if outcome in ("drain", "restart", "stop"):
+            was_ready = self._state is _S.READY
             self._change(_S.DRAINING, f"{outcome} requested")
+            if was_ready:  # readiness is 503 from now: let balancers notice before the engine stops accepting
+                await asyncio.wait({exited}, timeout=self.plan.supervisor.deregister_s)
             await self._stop(proc, graceful=True)
         elif outcome != "exited":
             await self._stop(proc, graceful=False)
         await pump
-        ready_for = self.uptime()
-        self.pid, self.ready_since = None, None
+        ready_for = None if self._ready_since is None else self._clock() - self._ready_since
+        self._pid, self._ready_since = None, None
         return await self._after(outcome, proc.returncode, ready_for)
 
     async def _after(self, outcome: str, code: int | None, ready_for: float | None) -> str:
@@ -165,6 +188,8 @@ class EngineSupervisor:
             self._change(_S.STOPPED, "drained for restart")
             self._crashes = 0
             return "start"
+        if self._fault is not None and ready_for is None:
+            return await self._on_fault(self._fault)
         tail = self._cause()
         if outcome == "boot-timeout":
             return self._fail(f"not ready within {self.plan.ready_timeout_s:.0f}s; {tail}")
@@ -178,9 +203,9 @@ class EngineSupervisor:
         cause = "stopped answering /health" if outcome == "hung" else f"exited with code {code}"
         if self._crashes > self.plan.supervisor.max_restarts:
             return self._fail(f"crash loop: {self._crashes} crashes in a row, last {cause}; {tail}")
-        self.last_error = f"engine {cause}; {tail}"
-        self._change(_S.RESTARTING, self.last_error)
-        self.restarts += 1
+        self._last_error = f"engine {cause}; {tail}"
+        self._change(_S.RESTARTING, self._last_error)
+        self._restarts += 1
         delay = min(sup.backoff_initial_s * 2 ** (self._crashes - 1), sup.backoff_max_s)
         command = await self._next_command(timeout=delay)
         if command == "stop":
@@ -188,16 +213,30 @@ class EngineSupervisor:
             return "exit"
         return "start"
 
+    async def _on_fault(self, fault: Fault) -> str:
+        """A fault-ladder line ended the boot: reset once if so configured, else fail with the next step."""
+        sup = self.plan.supervisor
+        if fault.device and sup.on_device_fault == "reset_once" and self._resets == 0:
+            self._resets += 1
+            self._change(_S.RESTARTING, f"{fault.cause}; resetting the boards once: {' '.join(sup.reset_command)}")
+            error = await run_reset(sup.reset_command, self.log)
+            return "start" if error is None else self._fail(f"{error}; the boot had failed with {fault.render()}")
+        prefix = "quarantined (the fault came back after a reset): " if self._resets and fault.device else ""
+        return self._fail(prefix + fault.render())
+
     def _cause(self) -> str:
         """The engine's own words for what went wrong: its last exception line, else its last lines."""
         recent = self.log.tail(_CAUSE_SCAN)
+        fault = next((f for line in reversed(recent) if (f := self._faults.classify(line))), None)
+        if fault is not None:
+            return f"cause: {fault.render()}"
         errors = [m.group(0) for line in recent if (m := _EXCEPTION.search(line)) and not _WRAPPER_NOISE.search(line)]
         if errors:
             return f"cause: {errors[-1].strip()}"
         return "last lines: " + " | ".join(recent[-5:])
 
     def _fail(self, message: str) -> str:
-        self.last_error = message
+        self._last_error = message
         self._change(_S.FAILED, message)
         return "idle"
 
@@ -205,13 +244,13 @@ class EngineSupervisor:
         while True:
             command = await self._next_command()
             if command == "stop":
-                if self.state is _S.FAILED:
+                if self._state is _S.FAILED:
                     self._change(_S.STOPPED, "stopped after failure")
                 return "exit"
             if command == "restart":
-                if self.state is _S.FAILED:
+                if self._state is _S.FAILED:
                     self._change(_S.RESTARTING, "operator restart")
-                self._crashes = 0
+                self._crashes = self._resets = 0  # an operator's restart also lifts a quarantine
                 return "start"
 
     async def _next_command(self, timeout: float | None = None) -> Command | None:
@@ -229,21 +268,27 @@ class EngineSupervisor:
         deadline = self._clock() + self.plan.ready_timeout_s
         last_ok = self._clock()
         while True:
-            interval = sup.health_interval_s if self.state is _S.READY else 1.0
+            interval = sup.health_interval_s if self._state is _S.READY else 1.0
             if self._pending is None:
                 self._pending = asyncio.create_task(self._commands.get())
-            done, _ = await asyncio.wait({exited, self._pending}, timeout=interval, return_when="FIRST_COMPLETED")
+            faulted = asyncio.ensure_future(self._faulted.wait())
+            done, _ = await asyncio.wait(
+                {exited, self._pending, faulted}, timeout=interval, return_when="FIRST_COMPLETED"
+            )
+            faulted.cancel()
             if exited in done:
                 return "exited"
+            if faulted in done:
+                return "device-fault"
             if self._pending in done:
                 command, self._pending = self._pending.result(), None
                 return command
-            if self.state is not _S.READY:
+            if self._state is not _S.READY:
                 if self._clock() > deadline:
                     return "boot-timeout"
                 if await self._healthy() and await self._answers_one_token():
                     self._change(_S.READY, "/health answered and a one-token completion succeeded")
-                    self.ready_since = last_ok = self._clock()
+                    self._ready_since = last_ok = self._clock()
             elif await self._healthy():
                 last_ok = self._clock()
             elif self._clock() - last_ok > sup.hang_timeout_s:
@@ -270,11 +315,14 @@ class EngineSupervisor:
         async for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             self.log.write(line)
+            if self._state in _BOOT_ORDER and self._fault is None and (fault := self._faults.classify(line)):
+                self._fault = fault  # ends the boot at once instead of waiting out the readiness budget
+                self._faulted.set()
             phase = phase_from_log(line)
             if (
                 phase is not None
-                and self.state in _BOOT_ORDER
-                and _BOOT_ORDER.index(phase) > _BOOT_ORDER.index(self.state)
+                and self._state in _BOOT_ORDER
+                and _BOOT_ORDER.index(phase) > _BOOT_ORDER.index(self._state)
             ):
                 self._change(phase, line.strip()[:200])
 

@@ -1,7 +1,8 @@
 """Drive a real vLLM scheduler step by step and print what every step scheduled, as JSON.
 
-Runs in the CPU engine's interpreter (it imports vLLM): `python phased_steps.py MODEL_DIR CLASS`,
-CLASS being phased, phased-async, upstream or upstream-async. The model runner is replaced by
+Runs in the CPU engine's interpreter (it imports vLLM): `python phased_steps.py MODEL_DIR CLASS...`,
+each CLASS being phased, phased-async, upstream or upstream-async; prints one JSON object keyed by
+CLASS (one interpreter for all of them, since importing vLLM is most of the cost). The model runner is replaced by
 one sampled token per request that finished its prompt, which is all the scheduler reads back.
 """
 
@@ -85,4 +86,4 @@ def run(sched: Scheduler) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(make_scheduler(sys.argv[1], CLASSES[sys.argv[2]]))))
+    print(json.dumps({name: run(make_scheduler(sys.argv[1], CLASSES[name])) for name in sys.argv[2:]}))

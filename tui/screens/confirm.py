@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from tui.client import Action
+from appliance.control.client import Action
 from tui.view import ApplianceView
 from tui.widgets.format import number
 

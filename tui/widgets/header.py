@@ -40,6 +40,10 @@ def _render(view: ApplianceView | None) -> Text:
     ):  # fmt: skip
         text.append(f"  {label} ", "dim")
         text.append(value)
+    if state.boot is not None:
+        boot = state.boot
+        known = "first boot here, no ETA" if boot.eta_s is None else f"ETA {duration(boot.eta_s)}"
+        text.append(f"\nbooting: {boot.phase} {duration(boot.elapsed_s)} ({known})", "red" if boot.slow else "cyan")
     if state.last_error:
         text.append(f"\nlast error: {state.last_error}", "red")
     if view.alerts:

@@ -5,13 +5,10 @@ Each redraws from the ApplianceView bound to it; none of them computes anything 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rich.text import Text
 from textual.reactive import var
 
-from appliance.observe.metrics_window import E2E, ITL, TTFT, Percentiles
+from appliance.control.documents import E2E, ITL, TTFT, BoardDocument, LatencyDocument
 from tui.view import ApplianceView
 from tui.widgets.format import IDLE, MISSING, gib, millis, number, percent
 from tui.widgets.quiet import QuietStatic
@@ -55,7 +52,7 @@ class LatencyPanel(_Panel):
         return text
 
 
-def _percentile_cells(value: Percentiles | None, missing: bool) -> tuple[str, str, str, str]:
+def _percentile_cells(value: LatencyDocument | None, missing: bool) -> tuple[str, str, str, str]:
     if value is None:
         blank = MISSING if missing else IDLE
         return blank, blank, blank, "0"
@@ -103,23 +100,23 @@ class DevicesPanel(_Panel):
         host = view.polled.host
         if host is None:
             return Text("no host facts", style="dim")
-        devices: Mapping[str, Any] = host.get("devices", {})
-        boards = devices.get("boards") or []
+        devices, usage = host.devices, host.usage
         text = Text()
-        for board in boards:
-            facts = "  ".join(f"{k} {v}" for k, v in board.items() if v is not None and k != "index")
-            text.append(f"board {board.get('index', '?')}: {facts}\n")
-        if boards and devices.get("kmd_version"):
-            text.append(f"kmd {devices['kmd_version']}\n", "dim")
-        usage: Mapping[str, Any] = host.get("usage", {})
-        if usage:
-            cores, load = usage.get("cores", "?"), number(usage.get("load_1m"), ".2f")
-            text.append(
-                f"host CPU {percent(usage.get('cpu_busy'))} of {cores} cores, load {load}"
-                f"\nmemory {gib(usage['memory_total_bytes'] - usage['memory_available_bytes'])} used of "
-                f"{gib(usage['memory_total_bytes'])}, engine RSS {gib(usage.get('engine_rss_bytes'))}"
-            )
-        return text if text else Text("no Tenstorrent boards on this host", style="dim")
+        for board in devices.boards:
+            text.append(f"board {board.index}: {_board_facts(board)}\n")
+        if devices.boards and devices.kmd_version:
+            text.append(f"kmd {devices.kmd_version}\n", "dim")
+        text.append(
+            f"host CPU {percent(usage.cpu_busy)} of {usage.cores} cores, load {number(usage.load_1m, '.2f')}"
+            f"\nmemory {gib(usage.memory_total_bytes - usage.memory_available_bytes)} used of "
+            f"{gib(usage.memory_total_bytes)}, engine RSS {gib(usage.engine_rss_bytes)}"
+        )
+        return text
+
+
+def _board_facts(board: BoardDocument) -> str:
+    facts = (("card_type", board.card_type), ("firmware", board.firmware), ("serial", board.serial))
+    return "  ".join(f"{k} {v}" for k, v in facts if v is not None)
 
 
 _CHECK_STYLE = {"pass": "green", "warn": "yellow", "unknown": "dim", "fail": "red"}
@@ -133,8 +130,7 @@ class ChecksPanel(_Panel):
         if checks is None:
             return Text("no checks yet", style="dim")
         text = Text()
-        for item in checks.get("checks", []):  # GET /checks: {"checks": [CheckResult as JSON]}
-            status = str(item.get("status", "?"))
-            text.append(f"{status:<8}", _CHECK_STYLE.get(status, "red"))
-            text.append(f" {item.get('title', item.get('id', ''))}: {item.get('summary', '')}\n")
+        for item in checks.checks:
+            text.append(f"{item.status:<8}", _CHECK_STYLE.get(item.status, "red"))
+            text.append(f" {item.title or item.id}: {item.summary}\n")
         return text

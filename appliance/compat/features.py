@@ -1,0 +1,240 @@
+"""Requested features against the plugin state and the tt-metal class's declared capabilities.
+
+The plugin reads capabilities only from the tt-metal class's `model_capabilities`; the matrix records
+what each source says the class declares at which tt-metal commit. A capability no record verifies at the
+row's commit is a warning naming the source, never a silent yes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.compat.contract import unsupported_at
+from appliance.compat.matrix import Architecture, CapabilityFact, DeviceRow
+from appliance.compat.state_set import PluginStates
+from appliance.compat.states import BlockOutput, PluginState, Speculative
+from appliance.config.schema import ApplianceConfig, WorkloadConfig
+from appliance.errors import Problem, Severity
+
+__all__ = ["Capabilities", "Request", "check_features", "class_capabilities", "plugin_chunked_prefill"]
+
+_FEATURE_KEYS = {
+    "prefix_caching": "supports_prefix_caching",
+    "async_decode": "supports_async_decode",
+    "sample_on_device": "supports_sample_on_device",
+    "chunked_prefill": "supports_chunked_prefill",
+    "speculative": "supports_spec_decode",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """The class a config runs and what the records say it declares."""
+
+    target: str | None
+    facts: Mapping[str, CapabilityFact]
+    tt_metal: str | None = None
+    """The tt-metal commit the row was validated with."""
+
+    def value(self, key: str) -> bool | int | None:
+        fact = self.facts.get(key)
+        return fact.value if fact else None
+
+    @property
+    def block_output(self) -> bool:
+        width = self.value("output_tokens_per_step")
+        return isinstance(width, int) and not isinstance(width, bool) and width > 1
+
+
+def class_capabilities(arch: Architecture, row: DeviceRow, env: Mapping[str, str]) -> Capabilities:
+    """Every key the records mention, for the class `env` selects, at the row's tt-metal commit.
+
+    A TT_MODEL_CLASS_OVERRIDES entry for the architecture replaces the class (and so every record).
+    """
+    target = _override_target(arch, env) or arch.resolved_target(env)
+    keys = {k for r in arch.capabilities for k in r.declares} | set(_FEATURE_KEYS.values())
+    return Capabilities(target, {k: arch.capability(k, row.tt_metal, target) for k in sorted(keys)}, row.tt_metal)
+
+
+def _override_target(arch: Architecture, env: Mapping[str, str]) -> str | None:
+    for entry in env.get("TT_MODEL_CLASS_OVERRIDES", "").split(","):
+        name, _, target = entry.strip().partition("=")
+        if name.strip() in (arch.tt_class, arch.tt_class.removeprefix("TT")) and ":" in target:
+            return target.strip()
+    return None
+
+
+def plugin_chunked_prefill(state: PluginState, arch: Architecture, caps: Capabilities) -> bool | None:
+    """Whether the plugin keeps chunked prefill on for this class: True, False, or None when the record cannot say."""
+    if state.chunked_prefill.gate == "model_type":
+        return arch.model_type in state.chunked_prefill.model_types
+    if caps.block_output:
+        return False
+    declared = caps.value("supports_chunked_prefill")
+    return None if declared is None else bool(declared)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The effective serving shape a config asks for (after row defaults)."""
+
+    tt: Mapping[str, Any]
+    concurrency: int
+    data_parallel: int
+    lane: bool
+
+
+def check_features(
+    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState | None, states: PluginStates,
+    req: Request,
+) -> Iterator[Problem]:  # fmt: skip
+    """Every requested feature against the state's rules (None: the CPU engine) and the class's capabilities."""
+    wanted = {
+        "prefix_caching": cfg.features.prefix_caching,
+        "async_decode": cfg.features.async_decode,
+        "sample_on_device": "sample_on_device_mode" in req.tt and state is not None,
+        "chunked_prefill": cfg.features.chunked_prefill is True and state is not None,
+        "speculative": cfg.features.speculative != "off",
+    }
+    if state is None:
+        if wanted["speculative"]:
+            yield Problem("unsupported-feature", "features.speculative", "speculative decoding is validated for "
+                          "engine=tt only", "Set features.speculative=off")  # fmt: skip
+        yield from (p for f in ("prefix_caching", "async_decode") if wanted[f] for p in _cpu_capability(cfg, caps, f))
+        return
+    for feature, on in wanted.items():
+        if on:
+            yield from _capability(cfg, arch, caps, state, states, feature)
+    if cfg.features.async_decode and "sample_on_device_mode" not in req.tt:
+        yield Problem("async-without-device-sampling", "features.async_decode",
+                      "async decode overlaps steps only with on-device sampling",
+                      "Set features.sample_on_device=all|decode_only", "warning")  # fmt: skip
+    if wanted["speculative"] and state.speculative is not None:
+        yield from _speculative(cfg, caps, state.speculative, state, req.lane)
+    if caps.block_output and state.block_output is not None:
+        yield from _block_output(cfg, caps, state.block_output, req)
+
+
+def _cpu_capability(cfg: ApplianceConfig, caps: Capabilities, feature: str) -> Iterator[Problem]:
+    fact = caps.facts[_FEATURE_KEYS[feature]]
+    if not fact.value:
+        severity: Severity = "error" if cfg.features.strict else "warning"
+        yield Problem(
+            "capability-not-declared",
+            f"features.{feature}",
+            f"the CPU engine's model does not declare {feature} ({fact.source})",
+            f"Set features.{feature}=false (or features.strict=false)",
+            severity,
+        )
+
+
+def _capability(
+    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState, states: PluginStates,
+    feature: str,
+) -> Iterator[Problem]:  # fmt: skip
+    gated = _state_gate(cfg, arch, caps, state, states, feature)
+    if gated is not None:
+        yield from gated
+        return
+    key, where, cls = _FEATURE_KEYS[feature], f"features.{feature}", caps.target or arch.tt_class
+    rule, fact, rule_id = state.capability_keys.get(key), caps.facts[key], f"capability.{key}"
+    if rule is None:
+        return
+    commit = caps.tt_metal or "(the row names no commit)"
+    if fact.value is None:
+        yield Problem(
+            "capability-unverified",
+            where,
+            f"no record says whether {cls} declares {key} at tt-metal "
+            f"{commit} ({fact.source}); the plugin decides at boot: {rule.refusal}",
+            f"Record the class's model_capabilities in models/ or set {where} off",
+            "warning",
+            rule_id,
+        )
+    elif not fact.value:
+        severity: Severity = "error" if cfg.features.strict else "warning"
+        action = "reject it" if rule.missing == "reject" else "silently drop it"
+        yield Problem("capability-not-declared", where, f"{cls} does not declare {key} ({fact.source}); the plugin "
+                      f"would {action}: {rule.refusal}", f"Set {where} off (or features.strict=false to keep going)",
+                      severity, rule_id)  # fmt: skip
+    elif not fact.verified:
+        yield Problem("capability-unverified", where, f"{cls} declares {key} per {fact.source}, not verified at "
+                      f"tt-metal {commit}", "Verify the class at that commit and record it in models/", "warning",
+                      rule_id)  # fmt: skip
+
+
+def _state_gate(
+    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState, states: PluginStates,
+    feature: str,
+) -> list[Problem] | None:  # fmt: skip
+    """Features the state decides itself, before any capability: None when the capability decides."""
+    where = f"features.{feature}"
+    if feature == "chunked_prefill" and state.chunked_prefill.gate == "model_type":
+        if arch.model_type in state.chunked_prefill.model_types:
+            return []
+        return [Problem("capability-not-declared", where, f"chunked prefill for model_type {arch.model_type} is "
+                        f"{unsupported_at(states, state, 'chunked_prefill:')}", "Set features.chunked_prefill=null",
+                        rule="chunked_prefill.model_type")]  # fmt: skip
+    if feature == "speculative" and state.speculative is None:
+        refusal = state.features["speculative"].refusal if "speculative" in state.features else "refused"
+        support = unsupported_at(states, state, f"speculative:{cfg.features.speculative}")
+        return [Problem("unsupported-feature", where, f"speculative decoding is {support} ({refusal})",
+                        "Set features.speculative=off", rule="feature.speculative")]  # fmt: skip
+    if feature == "chunked_prefill" and caps.block_output:
+        return [Problem("capability-not-declared", where, f"{caps.target} is a block-output model, which cannot "
+                        "resume a split prompt: the plugin switches chunked prefill off",
+                        "Set features.chunked_prefill=null", rule="chunked_prefill.capability")]  # fmt: skip
+    return None
+
+
+def _speculative(
+    cfg: ApplianceConfig, caps: Capabilities, spec: Speculative, state: PluginState, lane: bool
+) -> Iterator[Problem]:
+    where = "features.speculative"
+    if cfg.features.speculative not in spec.methods:
+        yield Problem("unsupported-feature", where, f"method {cfg.features.speculative} is not one of "
+                      f"{', '.join(spec.methods)} at {state.label}", "Set features.speculative=ngram")  # fmt: skip
+    if lane:
+        yield Problem("unsupported-feature", where, f"speculative decoding with lane data parallelism: "
+                      f"{spec.lane_dp_refusal}", "Set features.speculative=off or serving.data_parallel=1",
+                      rule="speculative.lane_dp")  # fmt: skip
+    if cfg.features.async_decode and not caps.value("supports_async_spec_decode"):
+        yield Problem("unsupported-feature", where, f"async decode with speculation: {spec.async_refusal}",
+                      "Set features.async_decode=false", rule="speculative.async")  # fmt: skip
+    yield from _workload_shares(cfg.workload, spec)
+    yield Problem("speculative-greedy", where, spec.greedy, "Serve sampled traffic without speculation", "warning",
+                  "speculative.greedy")  # fmt: skip
+
+
+def _workload_shares(work: WorkloadConfig, spec: Speculative) -> Iterator[Problem]:
+    shares = {"structured_outputs": work.structured_output_share, "logprobs": work.logprobs_share}
+    for control, share in shares.items():
+        if share > 0 and control in spec.refused_requests:
+            yield Problem(
+                "unsupported-feature",
+                "workload",
+                f"workload={work.name} sends {control} on {share:.0%} of "
+                f"requests, which a speculative launch refuses: {spec.request_refusal}",
+                "Set features.speculative=off or use a workload without them",
+                rule="speculative.requests",
+            )
+
+
+def _block_output(cfg: ApplianceConfig, caps: Capabilities, rules: BlockOutput, req: Request) -> Iterator[Problem]:
+    width = caps.value("output_tokens_per_step")
+    on_device = req.tt.get("sample_on_device_mode") == "all"
+    checks = (
+        ("max_num_seqs", "serving.max_concurrency", req.concurrency // req.data_parallel != 1, rules.max_num_seqs),
+        ("data_parallel", "serving.data_parallel", req.data_parallel != 1, rules.data_parallel),
+        ("synchronous", "features.async_decode", cfg.features.async_decode, rules.synchronous),
+        ("sample_on_device", "features.sample_on_device", not on_device, rules.sample_on_device),
+        ("prefix_caching", "features.prefix_caching", cfg.features.prefix_caching, rules.prefix_caching),
+        ("speculative", "features.speculative", cfg.features.speculative != "off", rules.speculative),
+    )  # fmt: skip
+    for part, where, broken, refusal in checks:
+        if broken:
+            yield Problem("block-output", where, f"{caps.target} commits {width} tokens per step: {refusal}",
+                          "Use the row's settings (one sequence, DP 1, synchronous, sample_on_device=all)",
+                          rule=f"block_output.{part}")  # fmt: skip

@@ -1,0 +1,142 @@
+"""Limits of a matrix row: context, concurrency, data parallelism, and the KV pool they share.
+
+The KV pool is per data-parallel rank or lane and shared by every sequence on it, so context x
+concurrency is checked against it (tt-inference-server#314 has no such check). A pool the row does not
+record falls back to the plugin state's default and only warns: the tt-metal class may declare more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from appliance.compat.contract import cpu_kv_cache_bytes, kv_dtype_scale
+from appliance.compat.matrix import Architecture, Checkpoint, DeviceRow
+from appliance.compat.states import PluginState
+from appliance.config.schema import STATUS_ORDER, ApplianceConfig, EngineKind
+from appliance.errors import Problem
+
+__all__ = ["CPU_KV_BLOCK", "KvPool", "check_data_parallel", "check_kv_pool", "check_limits", "kv_pool"]
+
+CPU_KV_BLOCK = 128
+
+
+@dataclass(frozen=True, slots=True)
+class KvPool:
+    """Tokens one rank's (or lane's) KV pool holds, its block size, and whether a source states it."""
+
+    tokens: int
+    block: int
+    sourced: bool
+    source: str
+
+
+def check_limits(cfg: ApplianceConfig, checkpoint: Checkpoint, row: DeviceRow, context: int,
+                 concurrency: int) -> Iterator[Problem]:  # fmt: skip
+    where = f"{checkpoint.checkpoint} on {cfg.mesh.option}"
+    if context > row.max_context:
+        bigger = [d for d in checkpoint.devices if d.max_context >= context]
+        alt = f", or mesh={'|'.join(d.mesh for d in bigger)} ({bigger[0].max_context})" if bigger else ""
+        yield Problem("context-too-long", "serving.max_context",
+                      f"serving.max_context={context} exceeds {row.max_context}, the most validated for {where}",
+                      f"Use ≤ {row.max_context}{alt}")  # fmt: skip
+    if context < 1 or concurrency < 1:
+        yield Problem("bad-limit", "serving", "max_context and max_concurrency must be positive", "Use values ≥ 1")
+    if concurrency > row.max_concurrency:
+        yield Problem("concurrency-too-high", "serving.max_concurrency",
+                      f"serving.max_concurrency={concurrency} exceeds {row.max_concurrency}, the most validated "
+                      f"for {where}",
+                      f"Use ≤ {row.max_concurrency}")  # fmt: skip
+    if row.status_rank() < STATUS_ORDER.index(cfg.site.min_status):
+        yield Problem("status-below-minimum", "site.min_status",
+                      f"{where} is {row.status}; site {cfg.site.name} requires at least {cfg.site.min_status}",
+                      "Choose a checkpoint/mesh with a higher status or lower site.min_status")  # fmt: skip
+
+
+def check_data_parallel(cfg: ApplianceConfig, arch: Architecture, checkpoint: Checkpoint, row: DeviceRow, dp: int,
+                        concurrency: int, lane: bool) -> Iterator[Problem]:  # fmt: skip
+    key = "serving.data_parallel"
+    if dp < 1:
+        yield Problem("data-parallel", key, f"{dp} is not a valid data-parallel size", "Use 1 or more")
+        return
+    if dp > 1 and arch.moe and not lane:
+        yield Problem("data-parallel", key, f"standard data parallelism rejects MoE models ({checkpoint.checkpoint})",
+                      "Use serving.data_parallel=1")  # fmt: skip
+    if dp > 1 and lane and arch.mrope:
+        yield Problem("data-parallel", key, "lane data parallelism does not support mrope/vision models",
+                      "Use serving.data_parallel=1 or unset the Galaxy text version")  # fmt: skip
+    if dp > 1 and cfg.mesh.chips % dp:
+        yield Problem("data-parallel", key, f"mesh={cfg.mesh.option} ({cfg.mesh.chips} chips) cannot split into {dp}",
+                      "Use a data-parallel size that divides the chip count")  # fmt: skip
+    if concurrency % dp:
+        yield Problem("data-parallel", "serving.max_concurrency",
+                      f"{concurrency} sequences do not split evenly over {dp} data-parallel "
+                      f"{'lanes' if lane else 'ranks'}",
+                      f"Use a multiple of {dp}")  # fmt: skip
+    if dp != row.data_parallel:
+        yield Problem("data-parallel-not-validated", key,
+                      f"data_parallel={dp} differs from the validated {row.data_parallel}",
+                      f"Use serving.data_parallel={row.data_parallel}", "warning")  # fmt: skip
+
+
+def kv_pool(cfg: ApplianceConfig, checkpoint: Checkpoint, row: DeviceRow, engine: EngineKind,
+            state: PluginState | None, per_rank_seqs: int) -> KvPool | None:  # fmt: skip
+    """The KV pool one rank or lane gets, where the row, the state or the engine settings say."""
+    if engine == "tt" and state is not None:
+        # The plugin adds one block per sequence of headroom to max_tokens_all_users.
+        base = row.kv_pool_tokens if row.kv_pool_tokens is not None else state.kv_default_tokens
+        source = (
+            "the row's kv_pool_tokens"
+            if row.kv_pool_tokens is not None
+            else f"vllm-tt-plugin's default max_tokens_all_users ({state.kv_default_tokens}) at {state.label}"
+        )
+        return KvPool(base + state.kv_block_tokens * per_rank_seqs, state.kv_block_tokens,
+                      row.kv_pool_tokens is not None, source)  # fmt: skip
+    pool_bytes = cpu_kv_cache_bytes(cfg.engine.extra_args, {**row.env, **cfg.engine.env})
+    if engine == "cpu" and pool_bytes is not None and checkpoint.kv_bytes_per_token:
+        # vLLM keeps one block back as its null block.
+        per_token = checkpoint.kv_bytes_per_token * kv_dtype_scale(cfg.engine.extra_args)
+        blocks = pool_bytes // (per_token * CPU_KV_BLOCK) - 1
+        return KvPool(max(blocks, 0) * CPU_KV_BLOCK, CPU_KV_BLOCK, True, "the engine's KV cache memory")
+    return None
+
+
+def check_kv_pool(pool: KvPool | None, context: int, per_rank_seqs: int, dp: int, mesh: str) -> Iterator[Problem]:
+    """One request must fit the pool; all of them at full context should, or the nearest settings are named."""
+    if pool is None:
+        return
+    found = _pool_findings(pool, context, per_rank_seqs, dp, mesh)
+    if pool.sourced:
+        yield from found
+    elif found:
+        yield Problem("kv-capacity-unverified", "serving.max_context",
+                      f"the row records no KV capacity; with {pool.source}: {found[0].message}",
+                      f"{found[0].fix}, or record the class's max_tokens_all_users as kv_pool_tokens in models/",
+                      "warning")  # fmt: skip
+
+
+def _pool_findings(pool: KvPool, context: int, per_rank_seqs: int, dp: int, mesh: str) -> list[Problem]:
+    need = -(-context // pool.block) * pool.block
+    fits_each = pool.tokens // max(per_rank_seqs, 1) // pool.block * pool.block
+    users = max(pool.tokens // max(need, 1) * dp, 1)
+    fix = (f"Use max_context ≤ {fits_each} fits {per_rank_seqs * dp} users on {mesh}, or max_concurrency ≤ {users} "
+           f"at max_context {context}")  # fmt: skip
+    if need > pool.tokens:
+        return [
+            Problem(
+                "kv-pool-too-small",
+                "serving.max_context",
+                f"{context} tokens need more KV blocks than the pool of {pool.tokens} tokens holds; the engine "
+                "would fail only after loading the model",
+                f"Use serving.max_context ≤ {pool.tokens} or give the engine more KV cache memory",
+            )
+        ]
+    if pool.tokens < 2 * context:
+        return [Problem("context-near-pool", "serving.max_context",
+                        f"the KV pool ({pool.tokens} tokens) holds about one request of this length; concurrency ≈ 1",
+                        fix, "warning")]  # fmt: skip
+    if need * per_rank_seqs > pool.tokens:
+        return [Problem("kv-oversubscribed", "serving.max_concurrency",
+                        f"{per_rank_seqs} sequences x {context} tokens per rank exceed the KV pool of {pool.tokens} "
+                        "tokens; requests queue or are preempted at full context", fix, "warning")]  # fmt: skip
+    return []

@@ -1,0 +1,98 @@
+"""Every recorded vllm-tt-plugin state, loaded from build/tt/plugin-states/, and the one the tt pin selects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from pydantic import ConfigDict, TypeAdapter
+
+from appliance.compat.states import PluginState
+from appliance.data_files import load_data_file
+from appliance.errors import ConfigError, Problem
+from appliance.resources import build_dir
+
+__all__ = ["PluginStates", "load_states"]
+
+
+@dataclass(frozen=True, slots=True)
+class PluginStates:
+    """Every recorded state, and the one build/tt/pins.yaml pins."""
+
+    states: tuple[PluginState, ...]
+    pinned: PluginState
+
+    def for_vllm(self, version: str) -> PluginState | None:
+        return next((s for s in self.states if s.vllm == version), None)
+
+    def select(self, against: str | None) -> PluginState:
+        """The state `--against vllm=X` names, or the pinned one; a ConfigError names the recorded ones."""
+        if against is None:
+            return self.pinned
+        name, _, version = against.partition("=")
+        state = self.for_vllm(version.strip()) if name.strip() == "vllm" else None
+        if state is None:
+            known = ", ".join(f"vllm={s.vllm}" for s in self.states)
+            raise ConfigError((Problem("bad-against", "--against", f"{against!r} names no recorded plugin state",
+                                       f"Use one of: {known}"),))  # fmt: skip
+        return state
+
+    def newer_supporting(self, state: PluginState, supports: str) -> PluginState | None:
+        """The first state after `state` (by vLLM version) whose `supports` test holds, for messages."""
+        later = sorted(
+            (s for s in self.states if _version(s.vllm) > _version(state.vllm)), key=lambda s: _version(s.vllm)
+        )
+        return next((s for s in later if _supports(s, supports)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pinned:
+    """The one field of build/tt/pins.yaml that selects the pinned state (engines/pins.py owns the rest)."""
+
+    __pydantic_config__ = ConfigDict(extra="ignore")
+
+    vllm: Mapping[str, str]
+
+
+_STATE: TypeAdapter[PluginState] = TypeAdapter(PluginState)
+_PINNED: TypeAdapter[_Pinned] = TypeAdapter(_Pinned)
+
+
+@cache
+def load_states(build: Path | None = None) -> PluginStates:
+    """Every build/tt/plugin-states/*.yaml; a malformed file is a ConfigError naming it and the key."""
+    root = (build or build_dir()) / "tt"
+    states = []
+    for path in sorted((root / "plugin-states").glob("*.yaml")):
+        state = load_data_file(path, _STATE, "plugin-state", "plugin state")
+        if path.stem != state.name:
+            raise ConfigError(
+                (Problem("plugin-state-invalid", str(path), f"the file must be named {state.name}.yaml"),)
+            )
+        states.append(state)
+    version = load_data_file(root / "pins.yaml", _PINNED, "pins", "pin manifest for this engine").vllm.get("version")
+    pinned = next((s for s in states if s.vllm == version), None)
+    if pinned is None:
+        raise ConfigError((Problem("pin-inconsistent", str(root / "pins.yaml"),
+                                   f"vllm {version} has no file in {root / 'plugin-states'}"),))  # fmt: skip
+    return PluginStates(tuple(states), pinned)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def _supports(state: PluginState, what: str) -> bool:
+    """Whether `state` supports a named surface: a tt key, an env rule, a feature flag, an architecture."""
+    kind, _, name = what.partition(":")
+    checks = {
+        "tt": lambda: name in state.tt_keys and state.tt_keys[name].kind not in ("multi_host", "legacy"),
+        "env": lambda: name in state.env,
+        "arch": lambda: name in state.architectures,
+        "speculative": lambda: state.speculative is not None and name in state.speculative.methods,
+        "chunked_prefill": lambda: state.chunked_prefill.gate == "capability",
+        "form": lambda: name in state.additional_config_forms,
+    }
+    return checks[kind]()

@@ -1,0 +1,41 @@
+"""Values that are each in range but cannot work together, checked on every composition.
+
+Single-value ranges live in the schema's types; these relate two keys, so a config that would only
+fail at `serve` (two listeners on one port, a restart delay above its cap) is refused at `validate`.
+"""
+
+from __future__ import annotations
+
+from appliance.config.schema import ApplianceConfig
+from appliance.errors import Problem
+
+__all__ = ["check_constraints"]
+
+_ANY = ("0.0.0.0", "::", "")
+
+
+def check_constraints(cfg: ApplianceConfig) -> list[Problem]:
+    """Every relation between keys that does not hold, each naming the keys involved."""
+    s, c, sup = cfg.serving, cfg.control, cfg.supervisor
+    shared_address = s.host == c.host or bool({s.host, c.host} & set(_ANY))
+    found = []
+    if s.port == c.port and shared_address:
+        found.append(Problem("port-collision", "control.port", f"serving.port and control.port are both {s.port}",
+                             "Give the engine and the control API different ports"))  # fmt: skip
+    if sup.backoff_initial_s > sup.backoff_max_s:
+        found.append(
+            _above("supervisor.backoff_initial_s", sup.backoff_initial_s, "supervisor.backoff_max_s", sup.backoff_max_s)
+        )
+    if sup.hang_timeout_s < sup.health_interval_s:
+        found.append(Problem("bad-value", "supervisor.hang_timeout_s",
+                             f"{sup.hang_timeout_s} is below supervisor.health_interval_s ({sup.health_interval_s})",
+                             "A hang needs one missed probe: set hang_timeout_s >= health_interval_s"))  # fmt: skip
+    for name in ("prompt_tokens", "output_tokens"):
+        dist = getattr(cfg.workload, name)
+        if dist.min > dist.max:
+            found.append(_above(f"workload.{name}.min", dist.min, f"workload.{name}.max", dist.max))
+    return found
+
+
+def _above(key: str, value: float, limit_key: str, limit: float) -> Problem:
+    return Problem("bad-value", key, f"{value} is above {limit_key} ({limit})", f"Set {key} <= {limit_key}")

@@ -1,0 +1,1 @@
+"""Several models on one host: slots files, whole-host validation, per-slot plans and serving."""

@@ -1,0 +1,155 @@
+"""The surface the 0.26.0 plugin state added, judged before boot, and the same configs under 0.25.1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.compat.validate import ValidatedConfig, validate
+from appliance.config.compose import compose_config
+from appliance.errors import ConfigError, Problem
+from appliance.plan import LaunchPlan, build_plan
+
+LLAMA = ["+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]
+DIFFUSION = ["+model=gemma", "mesh=p300x2", "model.checkpoint=google/diffusiongemma-26B-A4B-it"]
+UNDER_0_25 = "not supported by vllm-tt-plugin at e3fc849 (vLLM 0.25.1); supported from 01078a0 (vLLM 0.26.0)"
+
+
+def judged(matrix: CompatibilityMatrix, *overrides: str, against: str | None = None) -> ValidatedConfig:
+    return validate(compose_config(list(overrides)), matrix, against=against)
+
+
+def refused(matrix: CompatibilityMatrix, *overrides: str, against: str | None = None) -> list[Problem]:
+    with pytest.raises(ConfigError) as caught:
+        judged(matrix, *overrides, against=against)
+    return [p for p in caught.value.problems if p.severity == "error"]
+
+
+def after(plan: LaunchPlan, flag: str) -> str:
+    argv = list(plan.argv)
+    return argv[argv.index(flag) + 1]
+
+
+def test_dotted_and_json_additional_config_fold_into_the_plans_one_json_flag(matrix: CompatibilityMatrix) -> None:
+    """vLLM appends dotted keys as a JSON flag that would replace the plan's own wholesale; the plan merges them."""
+    plan = build_plan(
+        judged(
+            matrix,
+            *LLAMA,
+            "engine.extra_args=[--additional-config.tt.trace_mode,decode_only,"
+            """'--additional-config={"tt": {"worker_l1_size": 1344544}}',--max-logprobs,5]""",
+        )
+    )
+    assert list(plan.argv).count("--additional-config") == 1
+    assert json.loads(after(plan, "--additional-config"))["tt"] == {
+        "trace_mode": "decode_only",
+        "worker_l1_size": 1344544,
+        "trace_region_size": 30000000,
+    }
+    assert plan.argv[-2:] == ("--max-logprobs", "5")
+    problems = refused(matrix, *LLAMA, "engine.extra_args=[--additional-config.tt.trace_mode,fast]")
+    assert [p.code for p in problems] == ["tt-config-value"] and "Invalid trace_mode: fast" in problems[0].message
+
+
+def test_a_folded_key_that_contradicts_the_config_is_refused(matrix: CompatibilityMatrix) -> None:
+    problems = refused(
+        matrix, *LLAMA, "tt.trace_mode=all", "engine.extra_args=[--additional-config.tt.trace_mode,none]"
+    )
+    assert [p.code for p in problems] == ["flag-owned-by-config"]
+
+
+def test_speculative_ngram_is_planned_at_0_26_and_refused_naming_the_states_at_0_25(
+    matrix: CompatibilityMatrix,
+) -> None:
+    plan = build_plan(judged(matrix, *LLAMA, "features.speculative=ngram", "features.speculative_tokens=3"))
+    assert json.loads(after(plan, "--speculative-config")) == {"method": "ngram", "num_speculative_tokens": 3}
+    assert {w.code for w in plan.warnings} >= {"speculative-greedy", "capability-unverified"}
+    (problem,) = refused(matrix, *LLAMA, "features.speculative=ngram", against="vllm=0.25.1")
+    assert problem.message.startswith(f"speculative decoding is {UNDER_0_25}")
+    assert "Speculative decoding is not yet supported for TT backend" in problem.message
+
+
+def test_chunked_prefill_is_set_as_it_will_run(matrix: CompatibilityMatrix) -> None:
+    """0.25.1 turns it off for every model_type but gemma4, so the plan says so; at 0.26.0 Llama declares it."""
+    old = build_plan(judged(matrix, *LLAMA, "serving.max_context=65536", against="vllm=0.25.1"))
+    assert "--no-enable-chunked-prefill" in old.argv and after(old, "--max-num-batched-tokens") == "65536"
+    assert {"chunked_prefill_off": True, "compact_json": False}.items() <= {
+        a.id: a.explicit for a in old.adjustments
+    }.items()
+    new = build_plan(judged(matrix, *LLAMA, "serving.max_context=65536"))
+    assert "--no-enable-chunked-prefill" not in new.argv
+    assert "chunked_mm_input_off" in {a.id for a in new.adjustments}
+    off = build_plan(judged(matrix, *LLAMA, "features.chunked_prefill=false"))
+    assert "--no-enable-chunked-prefill" in off.argv
+    (problem,) = refused(matrix, *LLAMA, "features.chunked_prefill=true", against="vllm=0.25.1")
+    assert problem.code == "capability-not-declared" and UNDER_0_25 in problem.message
+
+
+def test_model_class_overrides_are_read_from_0_26_and_make_capabilities_unverified(matrix: CompatibilityMatrix) -> None:
+    override = "engine.env.TT_MODEL_CLASS_OVERRIDES='TTLlamaForCausalLM=models.demos.x.tt.generator_vllm:Other'"
+    validated = judged(matrix, *LLAMA, override, "features.prefix_caching=true")
+    assert validated.capabilities is not None
+    assert validated.capabilities.target == "models.demos.x.tt.generator_vllm:Other"
+    (warning,) = [w for w in validated.warnings if w.code == "capability-unverified"]
+    assert "no record says whether models.demos.x.tt.generator_vllm:Other declares supports_prefix_caching" in (
+        warning.message
+    )
+    (problem,) = refused(matrix, *LLAMA, override, against="vllm=0.25.1")
+    assert problem.rule == "feature.model_class_overrides" and UNDER_0_25 in problem.message
+
+
+def test_a_block_output_model_runs_at_its_rows_settings_and_only_from_0_26(matrix: CompatibilityMatrix) -> None:
+    plan = build_plan(judged(matrix, *DIFFUSION))
+    assert after(plan, "--max-num-seqs") == "1" and "--no-async-scheduling" in plan.argv
+    assert "--no-enable-chunked-prefill" in plan.argv  # block output cannot resume a split prompt
+    problems = refused(matrix, *DIFFUSION, "features.async_decode=true")
+    assert {p.rule for p in problems} >= {"block_output.synchronous"}
+    (problem,) = refused(matrix, *DIFFUSION, against="vllm=0.25.1")
+    assert problem.code == "architecture-not-registered" and UNDER_0_25 in problem.message
+
+
+def test_galaxy_rows_read_the_capabilities_of_the_class_their_text_version_selects(matrix: CompatibilityMatrix) -> None:
+    validated = judged(matrix, "+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct")
+    assert validated.capabilities is not None
+    assert validated.capabilities.target == "models.demos.llama3_70b_galaxy.tt.generator_vllm:LlamaForCausalLM"
+    (warning,) = [w for w in validated.warnings if w.code == "capability-unverified"]
+    assert warning.key == "features.sample_on_device" and "e867533" in warning.message
+
+
+def appliance(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "appliance.cli", *args], capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+
+
+def test_validate_ends_with_the_fit_in_three_buckets() -> None:
+    runnable = appliance("validate", "mesh=cpu")
+    assert runnable.returncode == 0 and runnable.stdout.splitlines()[-1] == "fit: runnable"
+    change = appliance("validate", "+model=llama", "mesh=n150", "serving.max_context=131072")
+    assert change.returncode == 2
+    assert change.stderr.splitlines()[-1].startswith("fit: runnable with a change: serving.max_context: Use ≤ 32768")
+    not_runnable = appliance("validate", "+model=gpt_oss", "mesh=n150")
+    assert not_runnable.stderr.splitlines()[-1].startswith("fit: not runnable: mesh: model=gpt_oss")
+    kv = appliance("validate", "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
+                   "engine.extra_args=[--kv-cache-memory-bytes,1572864]")  # fmt: skip
+    assert kv.returncode == 0 and kv.stdout.splitlines()[-1].startswith("fit: runnable with a change: ")
+    assert "max_context ≤ 128 fits 16 users on cpu" in kv.stdout
+
+
+def test_validate_and_plan_take_against_and_the_matrix_reports_fit() -> None:
+    old = appliance("validate", *DIFFUSION, "--against", "vllm=0.25.1", "--json")
+    assert old.returncode == 2 and json.loads(old.stdout)["fit"]["bucket"] == "not runnable"
+    plan = appliance("plan", *LLAMA, "--against", "vllm=0.25.1")
+    assert plan.returncode == 0 and "# judged under vllm-tt-plugin state vllm-0.25.1@e3fc849" in plan.stdout
+    assert "# the plugin adjusts (set in this plan): chunked prefill is switched off" in plan.stdout
+    rows = json.loads(appliance("matrix", "--mesh", "p300x2", "--model", "gemma", "--json").stdout)
+    buckets = {r["checkpoint"]: r["fit"]["bucket"] for r in rows}
+    assert buckets["google/diffusiongemma-26B-A4B-it"] == "runnable"
+    rows = json.loads(appliance("matrix", "--mesh", "p300x2", "--model", "gemma", "--against", "vllm=0.25.1",
+                                "--json").stdout)  # fmt: skip
+    assert {r["checkpoint"]: r["fit"]["bucket"] for r in rows}["google/diffusiongemma-26B-A4B-it"] == "not runnable"
+    bad = appliance("validate", *LLAMA, "--against", "vllm=9")
+    assert bad.returncode == 2 and bad.stderr.startswith("error[bad-against] --against:")
