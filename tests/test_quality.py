@@ -46,12 +46,13 @@ def test_the_shipped_set_has_25_distinct_questions_with_answers() -> None:
     assert all(item.answers and all(a.strip() for a in item.answers) for item in evalset.items)
 
 
-def test_a_malformed_set_is_one_problem_naming_the_file(tmp_path: Path) -> None:
+def test_a_malformed_set_is_refused_naming_the_file_and_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: bad\ndescription: x\nmax_tokens: 8\nitems:\n  - {question: 'Why?', answers: []}\n")
     with pytest.raises(ConfigError, match=r"eval-set-invalid.*bad\.yaml") as caught:
         load_eval_set(path)
-    assert len(caught.value.problems) == 1
+    keys = [problem.key for problem in caught.value.problems]
+    assert all(key.startswith(f"{path}:items") for key in keys) and f"{path}:items.0.answers" in keys, keys
 
 
 def test_eval_against_nothing_is_one_line_and_exit_4() -> None:

