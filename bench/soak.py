@@ -1,5 +1,6 @@
-"""Soak: the `mixed` workload against a real `appliance serve` for a long run, with the console's
-poller and `appliance status` attached, watching the appliance's memory and file descriptors.
+"""Soak: the `mixed` workload against a real `appliance serve` of the embedded default (smollm2) for a
+long run, with the console's poller and `appliance status` attached, watching the appliance's memory
+and file descriptors.
 
 Prints the appliance process's RSS and open fds at the start, the middle and the end, their
 growth, the number of console polls and status calls, and the load test's error rate.
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        served = start_appliance(Path(tmp))
+        served = start_appliance(Path(tmp), model="smollm2")
         try:
             pid = served.proc.pid
             target = Target("soak", served.control_url, served.token)

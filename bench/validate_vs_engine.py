@@ -3,7 +3,7 @@
 Each mistake is made the same way in both, on the embedded tiny model, and both run as cold
 processes side by side in one run:
 - an over-long context (65536 tokens; the model and its row allow 2048);
-- a KV pool too small for the context (--kv-cache-memory-bytes 524288: 896 usable tokens < 2048;
+- a KV pool too small for the context (--kv-cache-memory-bytes 524288: 496 usable tokens < 2048;
   VLLM_CPU_KVCACHE_SPACE is unset for it, since vLLM lets that variable overwrite the flag).
 Target: validate < 1 s and >= 30x faster than the engine's own refusal.
 """
@@ -56,11 +56,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="validate runs per mistake (the engine runs once)")
     args = parser.parse_args()
-    plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu"]), load_matrix()))
+    plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu", "model=tiny"]), load_matrix()))
     ensure_model(plan)
     env = dict(os.environ)
     for name, (overrides, flags) in MISTAKES.items():
-        command = [sys.executable, "-m", "appliance.cli", "validate", "mesh=cpu", *overrides]
+        command = [sys.executable, "-m", "appliance.cli", "validate", "mesh=cpu", "model=tiny", *overrides]
         runs = [timed(command, env) for _ in range(args.rounds)]
         if any(code != 2 for _, code in runs):
             raise SystemExit(f"{name}: validate did not refuse the config")

@@ -72,22 +72,24 @@ class Served:
         return OpenAI(base_url=f"{self.engine_url}/v1", api_key=api_key, max_retries=0, timeout=120.0)
 
 
-def serve_command(engine_port: int, control_port: int, *extra: str) -> list[str]:
+def serve_command(engine_port: int, control_port: int, *extra: str, model: str = "tiny") -> list[str]:
     """The installed `appliance` console script, as operators run it (not `python -m`, which would
-    put the working directory on the appliance's own import path)."""
-    return [str(Path(sys.executable).parent / "appliance"), "serve", f"serving.port={engine_port}",
+    put the working directory on the appliance's own import path); the tiny model unless told."""
+    return [str(Path(sys.executable).parent / "appliance"), "serve", f"model={model}", f"serving.port={engine_port}",
             f"control.port={control_port}", "supervisor.backoff_initial_s=0.5", *extra]  # fmt: skip
 
 
-def start_appliance(tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Served:
-    """`appliance serve` on free ports with its cache under `tmp`, run in `cwd`, once it is ready."""
+def start_appliance(
+    tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None, model: str = "tiny"
+) -> Served:
+    """`appliance serve` of `model` on free ports with its cache under `tmp`, run in `cwd`, once it is ready."""
     engine_port, control_port = free_port(), free_port()
     token = secrets.token_urlsafe(16)
     environ = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")} | (env or {})
     output = tmp / "serve.out"
     with output.open("wb") as sink:
-        proc = subprocess.Popen(serve_command(engine_port, control_port, *extra), env=environ, stdout=sink,
-                                stderr=sink, cwd=cwd)  # fmt: skip
+        proc = subprocess.Popen(serve_command(engine_port, control_port, *extra, model=model), env=environ,
+                                stdout=sink, stderr=sink, cwd=cwd)  # fmt: skip
     served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
                     tmp / "cache", output)  # fmt: skip
     try:
@@ -111,10 +113,10 @@ def stop_appliance(served: Served, timeout: float = 120.0) -> None:
 
 @contextmanager
 def running_appliance(
-    tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None, model: str = "tiny"
 ) -> Iterator[Served]:
     """A started appliance, stopped (SIGTERM, then SIGKILL) when the block ends."""
-    served = start_appliance(tmp, *extra, env=env, cwd=cwd)
+    served = start_appliance(tmp, *extra, env=env, cwd=cwd, model=model)
     try:
         yield served
     finally:

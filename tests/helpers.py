@@ -34,13 +34,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_plan(tmp_path: Path, *overrides: str) -> LaunchPlan:
-    """The real embedded-default plan, with its state and logs under tmp_path."""
+# The serving-path tests run the tiny model: it boots in seconds; the embedded default (smollm2)
+# is booted once, by the quality tests.
+TINY = "model=tiny"
+
+
+def cpu_plan(tmp_path: Path, *overrides: str, model: str = "tiny") -> LaunchPlan:
+    """The real CPU plan of `model` (the tiny one unless told), with its state and logs under tmp_path."""
     return build_plan(
         validate(
             compose_config([
-                "mesh=cpu", "engine=cpu", f"paths.state_dir={tmp_path}/state", f"paths.log_dir={tmp_path}/logs",
-                *overrides,
+                "mesh=cpu", "engine=cpu", f"model={model}", f"paths.state_dir={tmp_path}/state",
+                f"paths.log_dir={tmp_path}/logs", *overrides,
             ]),
             load_matrix(),
         )
@@ -48,7 +53,7 @@ def cpu_plan(tmp_path: Path, *overrides: str) -> LaunchPlan:
 
 
 def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **supervisor: Any) -> LaunchPlan:
-    """The embedded-default plan with its argv pointed at tests/fake_engine.py on a free port."""
+    """The tiny model's plan with its argv pointed at tests/fake_engine.py on a free port."""
     plan = cpu_plan(tmp_path)
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -16,7 +16,7 @@ import pytest
 from appliance.preflight.api_contract import CONTRACT_FILE
 
 from .appliance_process import Served
-from .helpers import Cli, Ran
+from .helpers import TINY, Cli, Ran
 
 HF_SECRET = "hf_" + secrets.token_hex(12)
 
@@ -32,7 +32,7 @@ def check(cli: Cli, shared_appliance: Served, ttnn_engine: Path) -> Check:
     env = {"APPLIANCE_TOKEN": shared_appliance.token, "HF_TOKEN": HF_SECRET,
            "APPLIANCE_CACHE_DIR": str(shared_appliance.cache)}  # fmt: skip
     port = shared_appliance.engine_url.rsplit(":", 1)[1]
-    return lambda *args: cli("check", f"serving.port={port}", *args, env=env)
+    return lambda *args: cli("check", TINY, f"serving.port={port}", *args, env=env)
 
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:

@@ -19,7 +19,7 @@ from appliance.host import discover_host
 from appliance.plan import build_plan
 from appliance.preflight.checks import HostCheckInput, host_checks, params_from_name, require_host_ready
 
-from .helpers import free_port
+from .helpers import TINY, free_port
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 LLAMA_70B = ("+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct")
@@ -125,7 +125,7 @@ def test_disk_need_drops_the_weights_once_they_are_in_the_hub_cache(tmp_path: Pa
 
 def test_serve_refuses_a_kv_cache_larger_than_memory_before_spawning_anything(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "appliance.cli", "serve", "engine.env.VLLM_CPU_KVCACHE_SPACE=4096",
+        [sys.executable, "-m", "appliance.cli", "serve", TINY, "engine.env.VLLM_CPU_KVCACHE_SPACE=4096",
          f"serving.port={free_port()}", f"control.port={free_port()}"],
         env=os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -133,4 +133,4 @@ def test_serve_refuses_a_kv_cache_larger_than_memory_before_spawning_anything(tm
     errors = done.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("error: Free memory: ") and "4096 GiB KV cache" in errors[0]
     assert "spawning" not in done.stdout + done.stderr
-    assert not (tmp_path / "cache" / "models").exists()  # not even the tiny model was generated
+    assert not (tmp_path / "cache" / "models").exists()  # not even the model was built

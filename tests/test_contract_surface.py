@@ -14,6 +14,8 @@ from appliance.config.compose import compose_config
 from appliance.errors import ConfigError, Problem
 from appliance.plan import LaunchPlan, build_plan
 
+from .helpers import TINY
+
 LLAMA = ["+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]
 DIFFUSION = ["+model=gemma", "mesh=p300x2", "model.checkpoint=google/diffusiongemma-26B-A4B-it"]
 UNDER_0_25 = "not supported by vllm-tt-plugin at e3fc849 (vLLM 0.25.1); supported from 01078a0 (vLLM 0.26.0)"
@@ -133,7 +135,7 @@ def test_validate_ends_with_the_fit_in_three_buckets() -> None:
     assert change.stderr.splitlines()[-1].startswith("fit: runnable with a change: serving.max_context: Use ≤ 32768")
     not_runnable = appliance("validate", "+model=gpt_oss", "mesh=n150")
     assert not_runnable.stderr.splitlines()[-1].startswith("fit: not runnable: mesh: model=gpt_oss")
-    kv = appliance("validate", "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
+    kv = appliance("validate", TINY, "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
                    "engine.extra_args=[--kv-cache-memory-bytes,1572864]")  # fmt: skip
     assert kv.returncode == 0 and kv.stdout.splitlines()[-1].startswith("fit: runnable with a change: ")
     assert "max_context ≤ 128 fits 16 users on cpu" in kv.stdout

@@ -24,7 +24,7 @@ from appliance.loadtest.run import LoadTarget, run_loadtest
 from appliance.loadtest.workload import plan_requests
 
 from .appliance_process import Served
-from .helpers import Cli
+from .helpers import TINY, Cli
 
 FEATURES = ("workload.structured_output_share=0.25", "workload.logprobs_share=0.25",
             "workload.penalties_share=0.25", "workload.shared_prefix_share=0.5")  # fmt: skip
@@ -37,7 +37,7 @@ def compared(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     tmp = tmp_path_factory.mktemp("compare")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("APPLIANCE_CACHE_DIR", str(tmp / "cache"))
-        code = main(["loadtest", "workload=stall-probe", f"workload.max_requests={COMPARED_REQUESTS}",
+        code = main(["loadtest", "workload=stall-probe", TINY, f"workload.max_requests={COMPARED_REQUESTS}",
                      "--compare-scheduler", "--out", str(tmp / "out")])  # fmt: skip
     assert code == 0, "loadtest --compare-scheduler failed; its serve logs are in " + str(tmp / "out")
     return tmp / "out", tmp / "cache"

@@ -18,12 +18,12 @@ def plan_for(matrix: CompatibilityMatrix, *overrides: str) -> LaunchPlan:
 def test_the_embedded_default_plan_runs_the_cpu_engine_on_the_generated_model(matrix: CompatibilityMatrix) -> None:
     plan = plan_for(matrix, "mesh=cpu", "engine=cpu")
     assert plan.argv[1:] == (
-        "-m", ENGINE_MODULE, "--model", plan.model_path, "--served-model-name", "appliance/tiny-llama",
-        "--host", "127.0.0.1", "--port", "8000", "--max-model-len", "2048", "--max-num-seqs", "16",
+        "-m", ENGINE_MODULE, "--model", plan.model_path, "--served-model-name", "appliance/smollm2-135m-instruct",
+        "--host", "127.0.0.1", "--port", "8000", "--max-model-len", "8192", "--max-num-seqs", "32",
         "--no-enable-prefix-caching", "--no-async-scheduling", "--shutdown-timeout", "60",
-        "--gpu-memory-utilization", "0.2", "--enforce-eager",
+        "--gpu-memory-utilization", "0.2", "--enforce-eager", "--dtype", "float32",
     )  # fmt: skip
-    assert plan.generate == "tiny-llama" and plan.model_path.endswith("models/tiny-llama")
+    assert plan.generate == "smollm2-135m-instruct" and plan.model_path.endswith("models/smollm2-135m-instruct")
     assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "MESH_DEVICE" not in plan.env
 

@@ -107,6 +107,7 @@ def test_context_above_the_row_names_the_limit_and_bigger_meshes(matrix: Compati
             [
                 "mesh=cpu",
                 "engine=cpu",
+                "model=tiny",
                 "~engine.env.VLLM_CPU_KVCACHE_SPACE",
                 "engine.extra_args=[--kv-cache-memory-bytes,524288]",
             ],
@@ -170,6 +171,7 @@ def test_a_cpu_kv_pool_close_to_the_context_is_a_warning(matrix: CompatibilityMa
             [
                 "mesh=cpu",
                 "engine=cpu",
+                "model=tiny",
                 "~engine.env.VLLM_CPU_KVCACHE_SPACE",
                 "engine.extra_args=[--kv-cache-memory-bytes,1572864]",
             ]
@@ -177,3 +179,12 @@ def test_a_cpu_kv_pool_close_to_the_context_is_a_warning(matrix: CompatibilityMa
         matrix,
     )
     assert {w.code for w in validated.warnings} == {"context-near-pool"}
+
+
+def test_a_float32_cpu_engine_holds_half_the_kv_tokens(matrix: CompatibilityMatrix) -> None:
+    """221,184,000 bytes hold 9,584 smollm2 tokens in bfloat16 but 4,784 in float32: under 8,192."""
+    base = ["mesh=cpu", "engine=cpu", "model=smollm2", "~engine.env.VLLM_CPU_KVCACHE_SPACE"]
+    pool = "engine.extra_args=[--kv-cache-memory-bytes,221184000"
+    assert "kv-pool-too-small" in codes(matrix, *base, f"{pool},--dtype,float32]")
+    bf16 = validate(compose_config([*base, f"{pool}]"]), matrix)
+    assert {w.code for w in bf16.warnings} == {"context-near-pool"}

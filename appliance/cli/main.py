@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
-from appliance.cli import check, config, console, deploy, gateway, load, serve
+from appliance.cli import check, config, console, deploy, gateway, load, quality, serve
 from appliance.cli.common import err, findings, out
 from appliance.errors import ApiError, ApplianceError, ConfigError, EngineError, LaunchError
 
@@ -54,6 +54,6 @@ def _parser() -> argparse.ArgumentParser:
         cmd.set_defaults(run=run)
         return cmd
 
-    for module in (config, serve, console, deploy, gateway, check, load):
+    for module in (config, serve, console, deploy, gateway, check, load, quality):
         module.register(command)
     return parser

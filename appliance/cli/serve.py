@@ -34,7 +34,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     host = discover_host()
     validated = validated_config(args, load_matrix())
     plan = build_plan(validated)
-    _announce(plan)
+    _announce(plan, validated.family.description)
     preflight(plan, host)
     checks = check.host_checks_for_serve(validated, plan, host)
     with host_locks(plan, host):
@@ -47,13 +47,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return asyncio.run(run_service(plan, token.value, control, checks))
 
 
-def _announce(plan: LaunchPlan) -> None:
+def _announce(plan: LaunchPlan, description: str) -> None:
     for warning in plan.warnings:
         err.print(warning.render(), markup=False)
     if plan.generate:
         out.print(
-            f"serving the embedded default {plan.checkpoint} on the CPU engine: a tiny random-weight model that "
-            "proves the serving path (its text is noise). Use +model=<family> mesh=<mesh> on a TT host.",
+            f"serving the embedded {plan.checkpoint} on the CPU engine: {description}. "
+            "Use +model=<family> mesh=<mesh> on a TT host.",
             markup=False,
         )
 

@@ -24,6 +24,7 @@ __all__ = [
     "check_tt_options",
     "cpu_kv_cache_bytes",
     "flag_names",
+    "kv_dtype_scale",
     "split_additional_config",
     "unsupported_at",
 ]
@@ -263,6 +264,11 @@ def cpu_kv_cache_bytes(args: tuple[str, ...], env: Mapping[str, str]) -> int | N
         return int(space) << 30 if space.isdigit() else None
     explicit = dict(flag_names(args)).get("--kv-cache-memory-bytes")
     return int(explicit) if explicit is not None and explicit.isdigit() else None
+
+
+def kv_dtype_scale(args: tuple[str, ...]) -> int:
+    """KV bytes per token relative to bfloat16 (the matrix's unit) under the engine's --dtype."""
+    return 2 if dict(flag_names(args)).get("--dtype") in ("float32", "float") else 1
 
 
 def flag_names(args: tuple[str, ...]) -> Iterator[tuple[str, str | None]]:

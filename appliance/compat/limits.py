@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from appliance.compat.contract import cpu_kv_cache_bytes
+from appliance.compat.contract import cpu_kv_cache_bytes, kv_dtype_scale
 from appliance.compat.matrix import Architecture, Checkpoint, DeviceRow
 from appliance.compat.states import PluginState
 from appliance.config.schema import STATUS_ORDER, ApplianceConfig, EngineKind
@@ -95,7 +95,8 @@ def kv_pool(cfg: ApplianceConfig, checkpoint: Checkpoint, row: DeviceRow, engine
     pool_bytes = cpu_kv_cache_bytes(cfg.engine.extra_args, {**row.env, **cfg.engine.env})
     if engine == "cpu" and pool_bytes is not None and checkpoint.kv_bytes_per_token:
         # vLLM keeps one block back as its null block.
-        blocks = pool_bytes // (checkpoint.kv_bytes_per_token * CPU_KV_BLOCK) - 1
+        per_token = checkpoint.kv_bytes_per_token * kv_dtype_scale(cfg.engine.extra_args)
+        blocks = pool_bytes // (per_token * CPU_KV_BLOCK) - 1
         return KvPool(max(blocks, 0) * CPU_KV_BLOCK, CPU_KV_BLOCK, True, "the engine's KV cache memory")
     return None
 

@@ -17,7 +17,7 @@ the real boot, scheduling, HTTP and metrics paths quickly on 2 CPU cores.
 
 Run it with the ENGINE interpreter (it needs torch, tokenizers, safetensors)::
 
-    .engines/cpu/bin/python build/cpu/make_tiny_model.py --out DIR
+    .engines/cpu/bin/python build/models/make_tiny_model.py --out DIR
 
 Everything is built in a temporary sibling directory that is renamed onto DIR,
 then ``DIR/.complete`` is written holding a sha256 over all files (names and
@@ -28,16 +28,12 @@ an existing complete DIR leaves DIR untouched.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 import random
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
+from checkpoint_dir import build_into, write_json
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -52,7 +48,6 @@ INTERMEDIATE = 256
 MAX_POSITIONS = 2048
 TARGET_VOCAB = 768
 INIT_STD = 0.02
-COMPLETE_MARKER = ".complete"
 
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
@@ -243,21 +238,6 @@ def make_weights(vocab_size: int) -> dict[str, torch.Tensor]:
     return {k: v.contiguous() for k, v in weights.items()}
 
 
-def write_json(path: Path, data: object) -> None:
-    """Write JSON with stable formatting (sorted keys, trailing newline)."""
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def content_hash(directory: Path) -> str:
-    """Return sha256 over the relative names and contents of all files except the marker."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
-        rel = path.relative_to(directory).as_posix()
-        digest.update(rel.encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
-    return digest.hexdigest()
-
-
 def write_checkpoint(directory: Path) -> None:
     """Write every checkpoint file into an existing empty directory."""
     tok = build_tokenizer()
@@ -273,44 +253,11 @@ def write_checkpoint(directory: Path) -> None:
     save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
 
 
-def read_marker(directory: Path) -> str | None:
-    """Return the hash recorded in DIR/.complete, or None if absent."""
-    marker = directory / COMPLETE_MARKER
-    if not marker.is_file():
-        return None
-    return marker.read_text(encoding="utf-8").strip() or None
-
-
 def make_tiny_model(out: Path) -> str:
     """Build the checkpoint at ``out`` atomically and return its content hash."""
     random.seed(SEED)
     torch.manual_seed(SEED)
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        write_checkpoint(tmp)
-        for path in tmp.iterdir():
-            path.chmod(0o644)
-        tmp.chmod(0o755)  # mkdtemp makes it 0700
-        digest = content_hash(tmp)
-        if out.exists():
-            if read_marker(out) == digest and content_hash(out) == digest:
-                return digest  # already complete and identical: leave it alone
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            old.rmdir()
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    marker_tmp = out / f"{COMPLETE_MARKER}.tmp"
-    marker_tmp.write_text(digest + "\n", encoding="utf-8")
-    os.replace(marker_tmp, out / COMPLETE_MARKER)
-    return digest
+    return build_into(out.resolve(), write_checkpoint)
 
 
 def main(argv: list[str] | None = None) -> int:

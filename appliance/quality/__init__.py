@@ -1,0 +1,1 @@
+"""Side area: answer quality of a served model, measured with the appliance's own evaluation sets."""
