@@ -71,6 +71,6 @@ bench: setup engine-cpu
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py
 	$(BIN)/python bench/scheduler_stalls.py
 
-# The reliability soak (10 minutes of the mixed workload with the console poller attached).
+# The reliability soak (10 minutes of the mixed workload, the console poller attached, one engine restart).
 soak: setup engine-cpu
 	PYTHONPATH=. $(BIN)/python bench/soak.py --duration 600

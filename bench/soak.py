@@ -2,9 +2,13 @@
 long run, with the console's poller and `appliance status` attached, watching the appliance's memory
 and file descriptors.
 
+Halfway through, the engine is restarted once through the control API (`--no-restart` skips it).
 Prints the appliance process's RSS and open fds at the start, the middle and the end, their
-growth, the number of console polls and status calls, and the load test's error rate.
-Targets: RSS and fds flat (growth within noise), error rate 0. Default 10 minutes.
+growth, the number of console polls and status calls, the restart's downtime, and the load test's
+errors inside and outside it (with no balancer in front, requests sent while the engine restarts
+are refused: `tests/test_gateway.py` is the zero-error case).
+Targets: RSS and fds flat across the restart (growth within noise), 0 errors outside the restart
+window. Default 10 minutes.
 Run from the repository root: `PYTHONPATH=. .venv/bin/python bench/soak.py [--duration S]`.
 """
 
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -35,34 +40,57 @@ def open_fds(pid: int) -> int:
     return int(psutil.Process(pid).num_fds())
 
 
-async def watch(target: Target, seconds: float, pid: int) -> tuple[list[tuple[float, int, int]], int, int]:
-    """Poll like the console (1 s, detail every 3rd) and run `appliance status` every 10 s."""
+@dataclass
+class Watched:
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+    """(seconds in, appliance RSS KiB, open fds), every 10th poll."""
+    polls: int = 0
+    statuses: int = 0
+    restart: tuple[float, float] | None = None
+    """Wall-clock (requested, ready again) of the one restart."""
+
+
+async def watch(target: Target, seconds: float, pid: int, restart_at: float | None) -> Watched:
+    """Poll like the console (1 s, detail every 3rd), run `appliance status` every 10 s, and restart
+    the engine once at `restart_at` seconds in."""
     client = ControlClient([target])
-    samples: list[tuple[float, int, int]] = []
-    polls = statuses = 0
+    seen = Watched()
+    requested: float | None = None
+    went_down = False
     start = time.monotonic()
     try:
         while time.monotonic() - start < seconds:
-            await poll(client, target.name, detail=polls % 3 == 0)
-            polls += 1
+            polled = await poll(client, target.name, detail=seen.polls % 3 == 0)
+            seen.polls += 1
+            polls = seen.polls
+            ready = polled.state is not None and polled.state.state == "ready"
+            if restart_at is not None and requested is None and time.monotonic() - start >= restart_at:
+                requested = time.time()
+                await client.act(target.name, "restart")
+            elif requested is not None and seen.restart is None:
+                went_down = went_down or not ready
+                if went_down and ready:
+                    seen.restart = (requested, time.time())
             if polls % 10 == 0:
                 env = os.environ | {"APPLIANCE_TOKEN": target.token}
                 status = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "appliance.cli", "status", "--url", target.url, "--json", env=env,
                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
                 )  # fmt: skip
-                statuses += await status.wait() == 0
-                samples.append((time.monotonic() - start, rss_kib(pid), open_fds(pid)))
+                seen.statuses += await status.wait() == 0
+                seen.samples.append((time.monotonic() - start, rss_kib(pid), open_fds(pid)))
             await asyncio.sleep(1.0)
     finally:
         await client.aclose()
-    return samples, polls, statuses
+    return seen
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--no-restart", action="store_true", help="no engine restart halfway")
     args = parser.parse_args()
+    restart_at = None if args.no_restart else args.duration / 2
     with tempfile.TemporaryDirectory() as tmp:
         served = start_appliance(Path(tmp), model="smollm2")
         try:
@@ -73,20 +101,28 @@ def main() -> None:
                  "--duration", str(args.duration), "--max-requests", "100000", "--out", f"{tmp}/report"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            samples, polls, statuses = asyncio.run(watch(target, args.duration, pid))
+            seen = asyncio.run(watch(target, args.duration, pid, restart_at))
             load.wait(timeout=args.duration + 600)
             report = load_report(Path(tmp) / "report" / "report.json")
         finally:
             stop_appliance(served)
+    samples = seen.samples
     first, middle, last = samples[0], samples[len(samples) // 2], samples[-1]
     for label, (at, rss, fds) in (("start", first), ("middle", middle), ("end", last)):
         print(f"{label:>6} t={at:6.0f}s  appliance RSS {rss / 1024:7.1f} MiB  open fds {fds}")
     print(f"growth start->end: RSS {(last[1] - first[1]) / 1024:+.1f} MiB, fds {last[2] - first[2]:+d}; "
           f"max RSS {max(s[1] for s in samples) / 1024:.1f} MiB")  # fmt: skip
-    print(f"console polls {polls}, status calls {statuses} ok")
-    error_rate = report.failed / report.sent if report.sent else 0.0
-    print(f"load: {report.sent} sent, {report.completed} completed, {report.failed} failed "
-          f"(error rate {error_rate:.2%}), {report.request_throughput:.2f} req/s")  # fmt: skip
+    print(f"console polls {seen.polls}, status calls {seen.statuses} ok")
+    print(f"load: {report.sent} sent, {report.completed} completed, {report.failed} failed, "
+          f"{report.request_throughput:.2f} req/s")  # fmt: skip
+    if seen.restart is not None:
+        began, ready = seen.restart
+        inside = [t for t in report.traces if began <= report.run.started_at + t.sent_s <= ready]
+        outside = [t for t in report.traces if t not in inside]
+        print(f"restart: engine down {ready - began:.1f} s; failed {sum(not t.ok for t in inside)} of {len(inside)} "
+              f"sent meanwhile, {sum(not t.ok for t in outside)} of {len(outside)} outside it")  # fmt: skip
+    elif restart_at is not None:
+        print("restart: requested, but the engine was not ready again before the end")
 
 
 if __name__ == "__main__":
