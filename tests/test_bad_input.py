@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from appliance.compat.validate import validate
@@ -65,6 +65,7 @@ def render_site(entries: list[tuple[str, object]], raw: str) -> str:
 
 
 @given(st.lists(st.tuples(SITE_KEYS, YAML_VALUES), max_size=5), st.text("{}[]:,'\"- \n#&*!|>%@`abc", max_size=20))
+@example([], "a\n\n\n>")  # stray text that YAML reads as one key holding a newline
 def test_generated_site_files_give_a_plan_or_a_config_error(entries: list[tuple[str, object]], raw: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "generated.yaml").write_text(render_site(entries, raw))

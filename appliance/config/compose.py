@@ -199,8 +199,14 @@ def _hydra_problem(err: Exception) -> Problem:
     )
 
 
+def _key_part(part: object) -> str:
+    """One step of a dotted key, quoted when a file's stray text made it a key (a newline, a space)."""
+    text = str(part)
+    return text if text.isprintable() and not any(c.isspace() for c in text) else repr(text)
+
+
 def _schema_problem(error: Any, choices: Mapping[str, str]) -> Problem:
-    key = ".".join(str(p) for p in error["loc"])
+    key = ".".join(_key_part(p) for p in error["loc"])
     if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
         return _problem(
             "unknown-key",
