@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from appliance.plan import LaunchPlan
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-from appliance.serve import ensure_model
+from appliance.serve import RECIPES, ensure_model
 
 from .appliance_process import API_KEY, MODEL, Served, start_appliance
 from .helpers import cpu_plan, free_port, group_gone, wait_for
@@ -176,3 +177,8 @@ def test_a_truncated_model_cache_is_detected_and_rebuilt(tmp_path: Path) -> None
     weights.write_bytes(intact[: len(intact) // 2])
     ensure_model(plan)
     assert weights.read_bytes() == intact
+    check = subprocess.run([plan.python, "-X", "importtime", str(RECIPES["tiny-llama"]), "--out", plan.model_path],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert check.stdout.split()[1:] == [Path(plan.model_path).joinpath(".complete").read_text().strip(), "intact"]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in check.stderr.splitlines()}
+    assert "tiny_weights" not in imported and "torch" not in imported  # the every-start check stays cheap

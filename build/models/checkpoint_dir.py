@@ -15,7 +15,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["COMPLETE_MARKER", "BuildMismatch", "build_into", "content_hash", "file_sha256", "write_json"]
+__all__ = [
+    "COMPLETE_MARKER",
+    "BuildMismatch",
+    "build_into",
+    "content_hash",
+    "ensure_checkpoint",
+    "file_sha256",
+    "write_json",
+]
 
 COMPLETE_MARKER = ".complete"
 _CHUNK = 1 << 20
@@ -71,6 +79,13 @@ def build_into(out: Path, write: Callable[[Path], None], expect: str | None = No
     marker.write_text(digest + "\n", encoding="utf-8")
     os.replace(marker, out / COMPLETE_MARKER)
     return digest
+
+
+def ensure_checkpoint(out: Path, expect: str, build: Callable[[], str]) -> tuple[str, bool]:
+    """(hash of `out`, whether it was built): left alone when it hashes to `expect`, else `build()`."""
+    if out.is_dir() and content_hash(out) == expect:
+        return expect, False
+    return build(), True
 
 
 class BuildMismatch(Exception):

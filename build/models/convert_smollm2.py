@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from checkpoint_dir import BuildMismatch, build_into, content_hash, file_sha256
+from checkpoint_dir import BuildMismatch, build_into, ensure_checkpoint, file_sha256
 
 PINS = Path(__file__).with_name("smollm2.yaml")
 
@@ -114,9 +114,7 @@ def convert(out: Path, pins: dict[str, Any], pins_file: Path) -> str:
 def ensure(out: Path, pins_file: Path) -> tuple[str, bool]:
     """(hash of `out`, whether it had to be built)."""
     pins = load_pins(pins_file)
-    if out.is_dir() and content_hash(out) == pins["converted_sha256"]:
-        return pins["converted_sha256"], False
-    return convert(out, pins, pins_file), True
+    return ensure_checkpoint(out, pins["converted_sha256"], lambda: convert(out, pins, pins_file))
 
 
 def main(argv: list[str] | None = None) -> int:
