@@ -25,6 +25,7 @@ from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.resolve import resolve_config
 from appliance.config.compose import COMMAND_LINE
 from appliance.config.schema import ComposedConfig
+from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.host import HostFacts
 from appliance.resources import conf_dir
@@ -110,7 +111,7 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
             (Problem("unknown-option", "slots", f"no slots file {name!r}", f"Choose one of: {', '.join(known)}"),)
         )
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = parse_yaml(path.read_text())
         parsed = _slots_adapter().validate_python(raw)
     except yaml.YAMLError as error:
         raise ConfigError(
@@ -182,7 +183,7 @@ def _fields(spec: SlotSpec) -> dict[str, Any]:
 
 
 def _parse(assignment: str) -> Any:
-    value = yaml.safe_load(assignment.partition("=")[2])
+    value = parse_yaml(assignment.partition("=")[2])
     return [value] if isinstance(value, int) else value
 
 
