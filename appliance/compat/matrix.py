@@ -18,8 +18,7 @@ import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from appliance.config.schema import STATUS_ORDER, Status
-from appliance.data_cache import cached
-from appliance.data_files import parse_yaml
+from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import models_dir
 
@@ -183,7 +182,7 @@ class CompatibilityMatrix:
         return tuple((f, c, d) for f in self.families.values() for c in f.checkpoints for d in c.devices)
 
 
-# The parsing code a cached matrix depends on (appliance.data_cache keys on their source).
+# The parsing code a cached matrix depends on (appliance.data_files.cached keys on their source).
 _CODE = ("appliance.compat.matrix", "appliance.config.schema", "pydantic.version")
 
 

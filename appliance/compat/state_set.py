@@ -10,8 +10,7 @@ from pathlib import Path
 from pydantic import ConfigDict, TypeAdapter
 
 from appliance.compat.states import PluginState
-from appliance.data_cache import cached
-from appliance.data_files import load_data_file
+from appliance.data_files import cached, load_data_file
 from appliance.errors import ConfigError, Problem
 from appliance.resources import build_dir
 
@@ -57,7 +56,7 @@ class _Pinned:
     vllm: Mapping[str, str]
 
 
-# The parsing code cached states depend on (appliance.data_cache keys on their source).
+# The parsing code cached states depend on (appliance.data_files.cached keys on their source).
 _CODE = ("appliance.compat.state_set", "appliance.compat.states", "appliance.config.schema", "appliance.data_files",
          "pydantic.version")  # fmt: skip
 
