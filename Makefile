@@ -63,9 +63,10 @@ lint: setup
 
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
+	$(BIN)/python bench/verdict_time.py
 	$(BIN)/python bench/serve_overhead.py
-	$(BIN)/python bench/embedded_default.py
-	$(BIN)/python bench/console_cpu.py
+	PYTHONPATH=. $(BIN)/python bench/embedded_default.py
+	PYTHONPATH=. $(BIN)/python bench/console_cpu.py
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py

@@ -1,18 +1,50 @@
-"""Typed YAML data files under build/ (pin manifests, plugin states, compat data, release lists)."""
+"""Typed YAML data files under build/ (pin manifests, plugin states, compat data, release lists).
+
+Also the one YAML parser the project itself uses (libyaml's safe loader where PyYAML was built with
+it), and `cached`: parsed data kept on disk, keyed by the files' bytes and the source of the code that
+parses them.
+
+Every verdict reads the matrix (models/) and the plugin states (build/tt/); parsing and validating
+them cost more than the judging. The key covers every byte of every file, its path, the source of
+each module named as the parsing code and the interpreter, so an edit to any of them misses at once:
+a stale entry cannot be read. An entry is a pickle of the project's own frozen dataclasses, read back
+by an unpickler that constructs nothing but dataclasses of those modules. A missing, corrupt or
+unwritable entry is rebuilt (and rewritten where it can be), never an error. The cache lives in
+`$APPLIANCE_CACHE_DIR/data/` (the variable conf/config.yaml's paths.cache_dir reads), else the user
+cache dir (`~/.cache/tt-appliance/data/` on Linux).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import logging
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["load_data_file"]
+__all__ = ["CACHE_DIR_ENV", "cache_root", "cached", "load_data_file", "parse_yaml"]
 
 T = TypeVar("T")
+
+try:
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+
+def parse_yaml(text: str) -> Any:
+    """`text` read by the safe loader: libyaml's (about 5x faster) when PyYAML has it, else the pure-Python one."""
+    return yaml.load(text, Loader=_Loader)
 
 
 def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) -> T:
@@ -21,7 +53,7 @@ def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) ->
     A schema mismatch gives one problem per wrong key, each keyed `<file>:<dotted.key>`.
     """
     try:
-        return adapter.validate_python(yaml.safe_load(path.read_text()))
+        return adapter.validate_python(parse_yaml(path.read_text()))
     except FileNotFoundError:
         raise ConfigError((Problem(f"{kind}-missing", str(path), f"no {what}"),)) from None
     except yaml.YAMLError as err:
@@ -31,3 +63,93 @@ def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) ->
             Problem(f"{kind}-invalid", f"{path}:{'.'.join(map(str, e['loc'])) or '<top>'}", " ".join(e["msg"].split()))
             for e in err.errors()
         )) from None  # fmt: skip
+
+
+CACHE_DIR_ENV = "APPLIANCE_CACHE_DIR"
+log = logging.getLogger(__name__)
+
+
+def cache_root() -> Path:
+    """The appliance's cache directory: $APPLIANCE_CACHE_DIR, else the platform's user cache dir."""
+    if env := os.environ.get(CACHE_DIR_ENV):
+        return Path(env).expanduser()
+    import platformdirs  # only when no directory is given (every test and bench gives one)
+
+    return Path(platformdirs.user_cache_dir("tt-appliance"))
+
+
+def cached(kind: str, sources: Sequence[Path], code: Sequence[str], build: Callable[[], T], expected: type[T]) -> T:
+    """`build()`'s result for `sources` as parsed by the modules `code` names: from the cache when its key matches.
+
+    A result is stored only when `build` returns; its errors (a malformed file) are raised every time.
+    """
+    key = _key(sources, code)
+    if key is None:
+        return build()
+    path = cache_root() / "data" / f"{kind}.pickle"
+    hit = _read(path, key, code, expected)
+    if hit is not None:
+        return hit
+    value = build()
+    _write(path, key, value)
+    return value
+
+
+def _key(sources: Sequence[Path], code: Sequence[str]) -> str | None:
+    """The digest of everything the result depends on; None when a file is unreadable (`build` says why)."""
+    digest = hashlib.sha256(sys.version.encode())
+    try:
+        for name in code:
+            source = getattr(sys.modules[name], "__file__", None)
+            if source is None:
+                return None
+            digest.update(f"\0{name}\0".encode() + Path(source).read_bytes())
+        for path in sources:
+            digest.update(f"\0{path}\0".encode() + path.read_bytes())
+    except (KeyError, OSError):
+        return None
+    return digest.hexdigest()
+
+
+class _Unpickler(pickle.Unpickler):
+    """Constructs only dataclasses defined in the allowed modules: a foreign pickle cannot run code."""
+
+    def __init__(self, file: Any, allowed: Sequence[str]) -> None:
+        super().__init__(file)
+        self.allowed = frozenset(allowed)
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = super().find_class(module, name) if module in self.allowed else None
+        if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+            raise pickle.UnpicklingError(f"{module}.{name} is not a dataclass of {sorted(self.allowed)}")
+        return found
+
+
+def _read(path: Path, key: str, code: Sequence[str], expected: type[T]) -> T | None:
+    try:
+        with path.open("rb") as file:
+            stored = _Unpickler(file, code).load()
+    except FileNotFoundError:
+        return None
+    except Exception as err:  # any damage to the file (truncated, foreign, garbage) means: rebuild it
+        log.debug("ignoring the cache entry %s: %s", path, err)
+        return None
+    match stored:
+        case (str() as stored_key, value) if stored_key == key and isinstance(value, expected):
+            return value
+    return None
+
+
+def _write(path: Path, key: str, value: object) -> None:
+    """Replace the entry atomically, so a concurrent reader sees the old entry or the new one, whole."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}-", delete=False) as file:
+            try:
+                pickle.dump((key, value), file, protocol=pickle.HIGHEST_PROTOCOL)
+            except (pickle.PicklingError, TypeError):
+                os.unlink(file.name)
+                raise
+        os.replace(file.name, path)
+    except (OSError, pickle.PicklingError, TypeError) as err:  # a read-only home: verdicts work uncached
+        log.debug("not caching %s: %s", path, err)

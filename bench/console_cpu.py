@@ -33,18 +33,11 @@ import httpx
 import psutil
 
 from appliance.control.client import ApiError, SyncControlClient, Target
+from tests.helpers import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
 Popen = subprocess.Popen[bytes]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -131,7 +124,7 @@ def main() -> None:
     htop = shutil.which("vllm-htop", path=str(Path(sys.executable).parent))
     if htop is None:
         raise SystemExit("vllm-htop is not installed in this venv: pip install vllm-htop (a dev dependency)")
-    engine_port, control_port = free_port(), free_port()
+    engine_port, control_port = free_ports(2)
     token = secrets.token_urlsafe(16)
     cache = Path(tempfile.mkdtemp(prefix="console-bench-"))
     env = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(cache)}

@@ -11,7 +11,7 @@ and the engine's own boot (spawn to ready); "on top" is warm minus bare. Each st
 --tokens completion tokens (ignore_eos); tokens/s is all of them over the wall time of the round.
 With --clone, `make serve` runs in a fresh `git clone` of this checkout, so `.venv` and
 `.engines/cpu` are built too (network and ~2 GB of disk; bench/build_cpu_engine.py times that
-build alone). Run from the repository root: `.venv/bin/python bench/embedded_default.py`.
+build alone). Run from the repository root: `PYTHONPATH=. .venv/bin/python bench/embedded_default.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.plan import build_plan
 from appliance.runtime.supervisor import engine_environment
+from tests.helpers import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is the capital of France?"
@@ -46,12 +46,6 @@ class Boot:
     before_engine_s: float | None = None
     """Launch to the engine's spawn (the appliance's own work); None for the bare engine."""
     answer: str = ""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def first_answer(base: str, model: str) -> str | None:
@@ -158,7 +152,7 @@ def main() -> None:
     streams = [int(n) for n in args.streams.split(",")]
     with tempfile.TemporaryDirectory(prefix="embedded-default-") as tmp:
         checkout = clone(Path(tmp)) if args.clone else ROOT
-        cache, ports = Path(tmp) / "cache", (free_port(), free_port())
+        cache, ports = Path(tmp) / "cache", free_ports(2)
         model = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu"]), load_matrix())).served_name
         cold, _ = make_serve(checkout, cache, ports, model, [], args.tokens)
         warm, appliance = make_serve(checkout, cache, ports, model, streams, args.tokens)

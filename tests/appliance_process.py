@@ -18,7 +18,7 @@ from openai import OpenAI
 from appliance.control.client import ApiError, SyncControlClient, Target
 from appliance.control.documents import StateDocument
 
-from .helpers import free_port
+from .helpers import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
@@ -83,7 +83,7 @@ def start_appliance(
     tmp: Path, *extra: str, env: dict[str, str] | None = None, cwd: Path | None = None, model: str = "tiny"
 ) -> Served:
     """`appliance serve` of `model` on free ports with its cache under `tmp`, run in `cwd`, once it is ready."""
-    engine_port, control_port = free_port(), free_port()
+    engine_port, control_port = free_ports(2)
     token = secrets.token_urlsafe(16)
     environ = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")} | (env or {})
     output = tmp / "serve.out"

@@ -1,4 +1,4 @@
-"""Test helpers: free ports, plans pointed at a child script, waiting on lifecycle states, the CLI in-process."""
+"""Test and bench helpers: free ports, plans pointed at a child script, lifecycle waits, the CLI in-process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,10 +29,17 @@ DATA = Path(__file__).with_name("data")
 """Recorded real data (engine logs, /metrics pages, sysfs trees) for sources that cannot exist here."""
 
 
+def free_ports(count: int) -> tuple[int, ...]:
+    """`count` distinct free ports: bound all at once, so (unlike two `free_port()` calls) no two are the same."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return tuple(int(sock.getsockname()[1]) for sock in socks)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 # The serving-path tests run the tiny model: it boots in seconds; the embedded default (smollm2)

@@ -19,7 +19,7 @@ from appliance.host import discover_host
 from appliance.plan import build_plan
 from appliance.preflight.checks import HostCheckInput, host_checks, params_from_name, require_host_ready
 
-from .helpers import TINY, free_port
+from .helpers import TINY, free_ports
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 LLAMA_70B = ("+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct")
@@ -126,7 +126,7 @@ def test_disk_need_drops_the_weights_once_they_are_in_the_hub_cache(tmp_path: Pa
 def test_serve_refuses_a_kv_cache_larger_than_memory_before_spawning_anything(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "appliance.cli", "serve", TINY, "engine.env.VLLM_CPU_KVCACHE_SPACE=4096",
-         f"serving.port={free_port()}", f"control.port={free_port()}"],
+         *(f"{key}.port={port}" for key, port in zip(("serving", "control"), free_ports(2), strict=True))],
         env=os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr

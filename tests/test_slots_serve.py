@@ -24,7 +24,7 @@ from tui.app import make_console
 from tui.screens.fleet import FleetScreen
 
 from .console_pilot import until
-from .helpers import free_port, group_gone
+from .helpers import free_ports, group_gone
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 SLOTS = ("left", "right")
@@ -73,8 +73,8 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     tmp = tmp_path_factory.mktemp("slots")
-    ports = {slot: free_port() for slot in SLOTS}
-    control, token = free_port(), secrets.token_urlsafe(16)
+    *picked, control = free_ports(len(SLOTS) + 1)
+    ports, token = dict(zip(SLOTS, picked, strict=True)), secrets.token_urlsafe(16)
     command = [str(Path(sys.executable).parent / "appliance"), "serve", "slots=cpu-pair", f"control.port={control}",
                "supervisor.backoff_initial_s=0.5", *(f"slots.{s}.serving.port={p}"
                                                     for s, p in ports.items())]  # fmt: skip

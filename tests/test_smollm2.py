@@ -23,7 +23,7 @@ from appliance.resources import build_dir
 from appliance.serve import RECIPES, ensure_model
 
 from .appliance_process import Served, running_appliance, serve_command
-from .helpers import Cli, cpu_plan, free_port
+from .helpers import Cli, cpu_plan, free_ports
 
 pytestmark = pytest.mark.engine  # every test runs the CPU engine's interpreter (the conftest gate)
 MODEL = "appliance/smollm2-135m-instruct"
@@ -96,7 +96,7 @@ def test_a_damaged_folder_is_rebuilt_to_its_recorded_hash(smollm2: Served, cpu_e
 def test_serve_without_the_package_index_is_one_line_and_exit_3(cpu_engine: Path, tmp_path: Path) -> None:
     no_index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "no-wheels"), "PIP_CONFIG_FILE": os.devnull}
     env = os.environ | no_index | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache"), "APPLIANCE_TOKEN": "t"}
-    done = subprocess.run(serve_command(free_port(), free_port(), model="smollm2"), env=env, capture_output=True,
+    done = subprocess.run(serve_command(*free_ports(2), model="smollm2"), env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 3, done.stderr
     last = done.stderr.strip().splitlines()[-1]

@@ -76,7 +76,7 @@ def register(command: Command) -> None:
     from appliance.engines.releases import RELEASES_FILE
     from appliance.preflight.api_contract import CONTRACT_FILE
 
-    check = command("check", _cmd_check, "host preflight and the five-point pilot checklist, with a report")
+    check = command("check", _cmd_check)
     check.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
     check.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     check.add_argument("--json", action="store_true", help="the pilot report as JSON")
@@ -85,6 +85,6 @@ def register(command: Command) -> None:
     check.add_argument("--releases", default=str(RELEASES_FILE), help="vLLM release list file, or `index` (PyPI)")
     check.add_argument("--contract", type=Path, default=CONTRACT_FILE, help="recorded client contract (JSON)")
     check.add_argument("--host-root", type=Path, default=Path("/"), help="read /dev and /sys from a recorded tree")
-    record = command("api-contract", _cmd_api_contract, "record a running engine's client contract (OpenAPI)")
+    record = command("api-contract", _cmd_api_contract)
     record.add_argument("--engine-url", default="http://127.0.0.1:8000")
     record.add_argument("--out", type=Path, help="write it here (e.g. build/openapi-contract.json)")

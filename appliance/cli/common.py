@@ -21,8 +21,11 @@ __all__ = ["Command", "composed_config", "err", "findings", "out", "validated_co
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
-"""Registers a subcommand: (name, handler, help text) -> its parser, for the module to add arguments."""
+Command = Callable[[str, Callable[[argparse.Namespace], int]], argparse.ArgumentParser]
+"""Registers a subcommand: (name, handler) -> its parser, for the module to add arguments.
+
+Its help text is in `appliance.cli.main`'s command table, which lists every command without importing it.
+"""
 
 
 def findings(problems: Sequence[Problem], fit: Fit | None = None) -> dict[str, Any]:

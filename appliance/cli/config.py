@@ -9,7 +9,6 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 from rich.table import Table
 
-from appliance.cli import deploy, slots
 from appliance.cli.common import Command, composed_config, err, findings, out, validated_config
 from appliance.compat.fit import fit_of, fit_row
 from appliance.compat.matrix import load_matrix
@@ -17,15 +16,16 @@ from appliance.compat.state_set import load_states
 from appliance.compat.validate import validate
 from appliance.config.compose import GROUPS, group_options
 from appliance.errors import ConfigError
-from appliance.plan import build_plan
-from appliance.slots.declare import slot_options
+from appliance.slots.declare import slot_options, slots_choice
 
 __all__ = ["register"]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    if slots.wanted(args):
-        return slots.validate_slots(args)
+    if slots_choice(args.overrides) is not None:
+        from appliance.cli.slots import validate_slots
+
+        return validate_slots(args)
     matrix = load_matrix()
     composed = composed_config(args, matrix)
     try:
@@ -57,10 +57,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    # Imported here: a verdict does not pay for the fleet and slots planners (issue 16).
+    from appliance.cli.deploy import plan_all_sites
+    from appliance.cli.slots import plan_slots
+    from appliance.plan import build_plan
+
     if args.all_sites:
-        return deploy.plan_all_sites(args)
-    if slots.wanted(args):
-        return slots.plan_slots(args)
+        return plan_all_sites(args)
+    if slots_choice(args.overrides) is not None:
+        return plan_slots(args)
     plan = build_plan(validated_config(args, load_matrix()))
     if args.json:
         out.print_json(data=plan.to_json())
@@ -117,21 +122,18 @@ def _cmd_options(args: argparse.Namespace) -> int:
 
 def register(command: Command) -> None:
     """validate, plan, matrix and options."""
-    for name, run, text in (
-        ("validate", _cmd_validate, "check a config against the matrix and the plugin contract (offline)"),
-        ("plan", _cmd_plan, "print the exact engine launch for a config"),
-    ):
-        cmd = command(name, run, text)
+    for name, run in (("validate", _cmd_validate), ("plan", _cmd_plan)):
+        cmd = command(name, run)
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
         cmd.add_argument("--against", metavar="vllm=X", help="judge under another recorded vllm-tt-plugin state")
         if name == "plan":
             cmd.add_argument("--all-sites", action="store_true", help="per site: what it would boot, or why not")
-    matrix = command("matrix", _cmd_matrix, "print the compatibility matrix")
+    matrix = command("matrix", _cmd_matrix)
     matrix.add_argument("--mesh")
     matrix.add_argument("--model", help="family or checkpoint")
     matrix.add_argument("--json", action="store_true")
     matrix.add_argument("--against", metavar="vllm=X", help="judge under another recorded vllm-tt-plugin state")
-    options = command("options", _cmd_options, "list the options of every config group")
+    options = command("options", _cmd_options)
     options.add_argument("--site-dir", type=Path, default=None)

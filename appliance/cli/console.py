@@ -40,7 +40,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
 
 def register(command: Command) -> None:
     """console."""
-    console = command("console", _cmd_console, "live operator console (Textual) for one appliance or a site")
+    console = command("console", _cmd_console)
     console.add_argument("--url", action="append", help="control API URL; repeat for several appliances")
     console.add_argument("--site-file", type=Path, help="YAML list of {name, url, token_env}")
     console.add_argument("--read-only", action="store_true", help="disable drain and restart")

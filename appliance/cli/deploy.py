@@ -150,12 +150,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def register(command: Command) -> None:
     """build, manifest, render and sites: engine environments and fleet deployment."""
-    build = command("build", _cmd_build, "build an engine environment from its pins, then write its manifest")
+    build = command("build", _cmd_build)
     build.add_argument("--dry-run", action="store_true", help="print every step without running it")
     build.add_argument("--check-upgrade", metavar="vllm=X", help="what moving the tt engine's vLLM pin would break")
-    manifest = command("manifest", _cmd_manifest, "the engine environment: pins vs installed, config hash, host")
+    manifest = command("manifest", _cmd_manifest)
     manifest.add_argument("--json", action="store_true")
-    render = command("render", _cmd_render, "deployment files for one config: k8s manifests or a systemd unit")
+    render = command("render", _cmd_render)
     render.add_argument("kind", choices=("k8s", "systemd"))
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
     render.add_argument("--image", default="tt-appliance:latest", help="k8s: container image with the appliance")
@@ -163,6 +163,6 @@ def register(command: Command) -> None:
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
-    sites = command("sites", _cmd_sites, "list sites with their effective overrides")
+    sites = command("sites", _cmd_sites)
     sites.add_argument("--site-dir", type=Path, default=None)
     sites.add_argument("--json", action="store_true")

@@ -43,7 +43,7 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 
 def register(command: Command) -> None:
     """gateway."""
-    gateway = command("gateway", _cmd_gateway, "front a site's appliances with HAProxy (readiness-gated)")
+    gateway = command("gateway", _cmd_gateway)
     gateway.add_argument("--site-file", type=Path, required=True, help="YAML list of {name, url, token_env}")
     gateway.add_argument("--listen", default="127.0.0.1:8080", help="host:port of the one OpenAI endpoint")
     gateway.add_argument("--check-interval-ms", type=int, default=500, help="readiness probe interval")

@@ -101,7 +101,7 @@ def _print_load(reports: Sequence[Any], files: Sequence[Path]) -> None:
 
 def register(command: Command) -> None:
     """loadtest and compare: the workload mix against a server, and two reports side by side."""
-    load = command("loadtest", _cmd_loadtest, "drive a workload (conf/workload) at an OpenAI server and report")
+    load = command("loadtest", _cmd_loadtest)
     load.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. workload=mixed workload.rate_per_s=4")
     load.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     target = load.add_mutually_exclusive_group()
@@ -113,6 +113,6 @@ def register(command: Command) -> None:
     load.add_argument("--drain", type=float, default=120.0, help="seconds in-flight requests may finish after")
     load.add_argument("--label", help="name of this run in reports")
     load.add_argument("--out", type=Path, help="report directory (default loadtest-<workload>-<time>)")
-    compare = command("compare", _cmd_compare, "two load reports side by side, with deltas and plots")
+    compare = command("compare", _cmd_compare)
     compare.add_argument("reports", nargs=2, type=Path, metavar="REPORT.json")
     compare.add_argument("--out", type=Path, help="directory for report.md and plots")

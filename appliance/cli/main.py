@@ -7,22 +7,48 @@ Exit codes: 0 ok, 2 invalid config, 3 cannot launch here, 4 engine or API failur
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 
-from appliance.cli import check, config, console, deploy, gateway, load, quality, serve
-from appliance.cli.common import err, findings, out
 from appliance.errors import ApiError, ApplianceError, ConfigError, EngineError, LaunchError
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
 
 _EXIT = {ConfigError: 2, LaunchError: 3, EngineError: 4, ApiError: 4}
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("config", "check a config against the matrix and the plugin contract (offline)"),
+    "plan": ("config", "print the exact engine launch for a config"),
+    "matrix": ("config", "print the compatibility matrix"),
+    "options": ("config", "list the options of every config group"),
+    "serve": ("serve", "boot and supervise the engine with the control API"),
+    "status": ("serve", "print the state of a running appliance"),
+    "drain": ("serve", "drain a running appliance: out of rotation, in-flight requests finish"),
+    "console": ("console", "live operator console (Textual) for one appliance or a site"),
+    "build": ("deploy", "build an engine environment from its pins, then write its manifest"),
+    "manifest": ("deploy", "the engine environment: pins vs installed, config hash, host"),
+    "render": ("deploy", "deployment files for one config: k8s manifests or a systemd unit"),
+    "sites": ("deploy", "list sites with their effective overrides"),
+    "gateway": ("gateway", "front a site's appliances with HAProxy (readiness-gated)"),
+    "check": ("check", "host preflight and the five-point pilot checklist, with a report"),
+    "api-contract": ("check", "record a running engine's client contract (OpenAPI)"),
+    "loadtest": ("load", "drive a workload (conf/workload) at an OpenAI server and report"),
+    "compare": ("load", "two load reports side by side, with deltas and plots"),
+    "eval": ("quality", "ask a served model the evaluation set; report its accuracy"),
+}
+"""Every command: the `appliance.cli` module that registers it, and its help text.
+
+`--help` lists them all from here; only the module of the command being run is imported, so a
+verdict never pays for the serving, console or load-test code.
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `appliance` console script."""
-    args = _parser().parse_args(argv)
+    args = _parser(_wanted(argv)).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health probe is noise
     try:
@@ -36,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(error: ApplianceError, as_json: bool) -> None:
+    from appliance.cli.common import err, findings, out
+
     if isinstance(error, ConfigError):
         if as_json:
             out.print_json(data=findings(error.problems))
@@ -45,15 +73,27 @@ def _report(error: ApplianceError, as_json: bool) -> None:
         err.print(f"error: {error}", markup=False)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str] | None) -> str | None:
+    """The command named on the command line (its first word), if any."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    return words[0] if words and not words[0].startswith("-") else None
+
+
+def _parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    """Every command, listed; the `wanted` command's module registers its group's full parsers."""
     parser = argparse.ArgumentParser(prog="appliance", description="Config-driven vLLM serving for Tenstorrent")
     sub = parser.add_subparsers(required=True, metavar="command")
 
-    def command(name: str, run: Callable[[argparse.Namespace], int], text: str) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        text = COMMANDS[name][1]
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.set_defaults(run=run)
         return cmd
 
-    for module in (config, serve, console, deploy, gateway, check, load, quality):
-        module.register(command)
+    group = COMMANDS[wanted][0] if wanted in COMMANDS else None
+    for name, (module, text) in COMMANDS.items():
+        if module != group:
+            sub.add_parser(name, help=text, description=text)  # for --help and "invalid choice"; never run
+    if group is not None:
+        importlib.import_module(f"appliance.cli.{group}").register(command)
     return parser

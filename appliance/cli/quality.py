@@ -63,7 +63,7 @@ def register(command: Command) -> None:
     """eval: the evaluation set through a served OpenAI endpoint, reported as accuracy."""
     from appliance.quality.evalset import DEFAULT_EVAL_SET
 
-    cmd = command("eval", _cmd_eval, "ask a served model the evaluation set; report its accuracy")
+    cmd = command("eval", _cmd_eval)
     cmd.add_argument("overrides", nargs="*", help="Hydra overrides (the engine URL and API key come from them)")
     cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     cmd.add_argument("--url", help="OpenAI API base URL (default: this config's engine)")

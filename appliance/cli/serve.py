@@ -161,11 +161,11 @@ def _load_line(load: LoadSummary, limit: int | None) -> str:
 
 def register(command: Command) -> None:
     """serve and status."""
-    serve = command("serve", _cmd_serve, "boot and supervise the engine with the control API")
+    serve = command("serve", _cmd_serve)
     serve.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
     serve.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
-    status = command("status", _cmd_status, "print the state of a running appliance")
-    drain = command("drain", _cmd_drain, "drain a running appliance: out of rotation, in-flight requests finish")
+    status = command("status", _cmd_status)
+    drain = command("drain", _cmd_drain)
     for cmd in (status, drain):
         cmd.add_argument("--url", default="http://127.0.0.1:8100")
         cmd.add_argument("--token-env", default="APPLIANCE_TOKEN")

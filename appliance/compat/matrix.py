@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -17,6 +18,7 @@ import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from appliance.config.schema import STATUS_ORDER, Status
+from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import models_dir
 
@@ -180,17 +182,29 @@ class CompatibilityMatrix:
         return tuple((f, c, d) for f in self.families.values() for c in f.checkpoints for d in c.devices)
 
 
-_FAMILY: TypeAdapter[Family] = TypeAdapter(Family)
+# The parsing code a cached matrix depends on (appliance.data_files.cached keys on their source).
+_CODE = ("appliance.compat.matrix", "appliance.config.schema", "pydantic.version")
+
+
+@cache
+def _family_adapter() -> TypeAdapter[Family]:
+    """Built on first use: a cached matrix is read without it."""
+    return TypeAdapter(Family)
 
 
 def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
-    """Read every models/<family>.yaml; a malformed file is a ConfigError naming it."""
+    """Read every models/<family>.yaml (cached by content); a malformed file is a ConfigError naming it."""
+    paths = sorted(models_dir.glob("*.yaml"))
+    families = cached("matrix", paths, _CODE, lambda: _parse_families(paths), dict)
+    return CompatibilityMatrix(MappingProxyType(families))
+
+
+def _parse_families(paths: list[Path]) -> dict[str, Family]:
     families: dict[str, Family] = {}
     problems: list[Problem] = []
-    for path in sorted(models_dir.glob("*.yaml")):
+    for path in paths:
         try:
-            # libyaml's loader: the matrix is read on every validate, and the pure-Python one is 5x slower
-            family = _FAMILY.validate_python(yaml.load(path.read_text(), Loader=yaml.CSafeLoader))
+            family = _family_adapter().validate_python(parse_yaml(path.read_text()))
         except yaml.YAMLError as err:
             problems.append(Problem("matrix-invalid", str(path), " ".join(str(err).split())))
             continue
@@ -203,7 +217,7 @@ def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
         families[family.family] = family
     if problems:
         raise ConfigError(tuple(problems))
-    return CompatibilityMatrix(MappingProxyType(families))
+    return families
 
 
 def _same_commit(a: str, b: str) -> bool:

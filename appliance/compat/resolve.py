@@ -1,7 +1,8 @@
 """Resolve `mesh=auto` and `engine=auto` into concrete options before validation.
 
-Only this step looks at the host. It re-composes with the chosen options, so the result is
-exactly what an operator would get by typing them, including each option's own settings.
+Only this step looks at the host. It picks the options before composing (from the group choices
+alone, see config/choices.py) and composes once with them, so the result is exactly what an operator
+would get by typing them, including each option's own settings.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from appliance.compat.matrix import CompatibilityMatrix
+from appliance.config.choices import group_choices, mesh_arch
 from appliance.config.compose import compose_config, group_selections, mesh_catalog
 from appliance.config.schema import ComposedConfig
 from appliance.errors import ConfigError, Problem
@@ -25,24 +27,20 @@ def resolve_config(
     *,
     site_dir: Path | None = None,
 ) -> ComposedConfig:
-    """Compose, then pin mesh=auto to the host's boards and engine=auto to the mesh.
+    """Pin mesh=auto to the host's boards and engine=auto to the mesh, then compose once.
 
     `host_facts` is called only for mesh=auto, so every other config resolves offline.
     """
     # Choices first, from the group selections alone: value overrides may name keys that only the
     # resolved options have (e.g. ~engine.env.VLLM_CPU_KVCACHE_SPACE needs engine=cpu).
-    selections = group_selections(overrides)
-    probe = compose_config(selections, site_dir=site_dir)
+    choices = group_choices(group_selections(overrides), site_dir=site_dir)
     extra: list[str] = []
-    arch = probe.config.mesh.arch
-    if probe.choices.get("mesh") == "auto":
+    mesh = choices.get("mesh")
+    if mesh == "auto":
         mesh = mesh_for_host(host_facts())
-        arch = mesh_catalog()[mesh].arch
         extra.append(f"mesh={mesh}")
-    if probe.choices.get("engine") == "auto":
-        extra.append(f"engine={'cpu' if arch == 'cpu' else 'tt'}")
-    if not extra and len(selections) == len(overrides):
-        return probe
+    if choices.get("engine") == "auto" and mesh is not None:
+        extra.append(f"engine={'cpu' if mesh_arch(mesh) == 'cpu' else 'tt'}")
     composed = compose_config([*overrides, *extra], site_dir=site_dir)
     if "mesh=cpu" in extra:
         _require_cpu_row(composed, matrix)

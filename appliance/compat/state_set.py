@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ConfigDict, TypeAdapter
 
 from appliance.compat.states import PluginState
-from appliance.data_files import load_data_file
+from appliance.data_files import cached, load_data_file
 from appliance.errors import ConfigError, Problem
 from appliance.resources import build_dir
 
@@ -56,23 +56,30 @@ class _Pinned:
     vllm: Mapping[str, str]
 
 
-_STATE: TypeAdapter[PluginState] = TypeAdapter(PluginState)
-_PINNED: TypeAdapter[_Pinned] = TypeAdapter(_Pinned)
+# The parsing code cached states depend on (appliance.data_files.cached keys on their source).
+_CODE = ("appliance.compat.state_set", "appliance.compat.states", "appliance.config.schema", "appliance.data_files",
+         "pydantic.version")  # fmt: skip
 
 
 @cache
 def load_states(build: Path | None = None) -> PluginStates:
-    """Every build/tt/plugin-states/*.yaml; a malformed file is a ConfigError naming it and the key."""
+    """Every build/tt/plugin-states/*.yaml, cached by content; a ConfigError names a malformed file and key."""
     root = (build or build_dir()) / "tt"
-    states = []
+    paths = [*sorted((root / "plugin-states").glob("*.yaml")), root / "pins.yaml"]
+    return cached("plugin-states", paths, _CODE, lambda: _parse_states(root), PluginStates)
+
+
+def _parse_states(root: Path) -> PluginStates:
+    states, adapter = [], TypeAdapter(PluginState)  # built here: cached states are read without it
     for path in sorted((root / "plugin-states").glob("*.yaml")):
-        state = load_data_file(path, _STATE, "plugin-state", "plugin state")
+        state = load_data_file(path, adapter, "plugin-state", "plugin state")
         if path.stem != state.name:
             raise ConfigError(
                 (Problem("plugin-state-invalid", str(path), f"the file must be named {state.name}.yaml"),)
             )
         states.append(state)
-    version = load_data_file(root / "pins.yaml", _PINNED, "pins", "pin manifest for this engine").vllm.get("version")
+    pins = load_data_file(root / "pins.yaml", TypeAdapter(_Pinned), "pins", "pin manifest for this engine")
+    version = pins.vllm.get("version")
     pinned = next((s for s in states if s.vllm == version), None)
     if pinned is None:
         raise ConfigError((Problem("pin-inconsistent", str(root / "pins.yaml"),

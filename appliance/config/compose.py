@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import TypeAdapter, ValidationError
@@ -28,6 +30,7 @@ from pydantic import TypeAdapter, ValidationError
 from appliance.config.constraints import check_constraints
 from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
 from appliance.config.secrets import find_secrets, redact
+from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import conf_dir
 
@@ -35,6 +38,8 @@ __all__ = [
     "CONF_DIR",
     "GROUPS",
     "compose_config",
+    "composition_inputs",
+    "defaults_choices",
     "group_options",
     "group_selections",
     "mesh_catalog",
@@ -59,38 +64,7 @@ def compose_config(
     host_file: Path | None = None,
 ) -> ComposedConfig:
     """Compose conf/ with `overrides` and parse it; raise ConfigError listing every problem."""
-    site_dir = site_dir or _env_path("APPLIANCE_SITE_DIR")
-    host_file = host_file or _env_path("APPLIANCE_HOST_FILE")
-    if site_dir is not None and not site_dir.is_dir():
-        raise ConfigError(
-            (
-                _problem(
-                    "site-dir-missing",
-                    "--site-dir",
-                    f"{site_dir} is not a directory",
-                    "Create it or point APPLIANCE_SITE_DIR/--site-dir at the fleet's site files",
-                ),
-            )
-        )
-    if host_file is not None and not host_file.is_file():
-        raise ConfigError(
-            (
-                _problem(
-                    "host-file-missing",
-                    "APPLIANCE_HOST_FILE",
-                    f"{host_file} does not exist",
-                    "Unset APPLIANCE_HOST_FILE or create the file",
-                ),
-            )
-        )
-    normalized = tuple(_OPEN_MAP.sub(r"++\g<key>", _GROUP_ALIAS.sub(r"\g<group>=", o)) for o in overrides)
-    bad_choices = [
-        _problem("bad-override", m["group"], f"{o!r}: a group takes one option name", f"Use {m['group']}=<option>")
-        for o in normalized
-        if (m := _GROUP_CHOICE.match(o)) and not _OPTION_NAME.fullmatch(m["value"])
-    ]
-    if bad_choices:
-        raise ConfigError(tuple(bad_choices))
+    normalized, site_dir, host_file = composition_inputs(overrides, site_dir, host_file)
     with _extra_root(site_dir, host_file) as extra_root:
         raw, choices = _compose(normalized, extra_root)
         provenance = _provenance(choices, normalized, extra_root)
@@ -110,6 +84,43 @@ def compose_config(
         overrides=tuple(overrides),
         config_hash=digest[:12],
     )
+
+
+def composition_inputs(
+    overrides: Sequence[str], site_dir: Path | None, host_file: Path | None
+) -> tuple[tuple[str, ...], Path | None, Path | None]:
+    """The overrides in Hydra's spelling and the site dir and host file in force; ConfigError if unusable."""
+    site_dir = site_dir or _env_path("APPLIANCE_SITE_DIR")
+    host_file = host_file or _env_path("APPLIANCE_HOST_FILE")
+    if site_dir is not None and not site_dir.is_dir():
+        fix = "Create it or point APPLIANCE_SITE_DIR/--site-dir at the fleet's site files"
+        raise ConfigError((_problem("site-dir-missing", "--site-dir", f"{site_dir} is not a directory", fix),))
+    if host_file is not None and not host_file.is_file():
+        raise ConfigError((_problem("host-file-missing", "APPLIANCE_HOST_FILE", f"{host_file} does not exist",
+                                    "Unset APPLIANCE_HOST_FILE or create the file"),))  # fmt: skip
+    normalized = tuple(_OPEN_MAP.sub(r"++\g<key>", _GROUP_ALIAS.sub(r"\g<group>=", o)) for o in overrides)
+    bad_choices = [
+        _problem("bad-override", m["group"], f"{o!r}: a group takes one option name", f"Use {m['group']}=<option>")
+        for o in normalized
+        if (m := _GROUP_CHOICE.match(o)) and not _OPTION_NAME.fullmatch(m["value"])
+    ]
+    if bad_choices:
+        raise ConfigError(tuple(bad_choices))
+    return normalized, site_dir, host_file
+
+
+def defaults_choices(normalized: Sequence[str], site_dir: Path | None, host_file: Path | None) -> dict[str, str]:
+    """The option of every config group under `normalized`, from Hydra's defaults list alone (nothing merged)."""
+    with _extra_root(site_dir, host_file) as extra_root:
+        search = [f"hydra.searchpath=[file://{extra_root}]"] if extra_root else []
+        try:
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                loader = GlobalHydra.instance().config_loader()
+                defaults = loader.compute_defaults_list("config", [*search, *normalized], RunMode.RUN)
+        except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
+            raise ConfigError((_hydra_problem(err),)) from None
+    known = defaults.overrides.known_choices.items()
+    return {k: str(v) for k, v in known if v is not None and not k.startswith("hydra/")}
 
 
 def group_selections(overrides: Sequence[str]) -> tuple[str, ...]:
@@ -258,7 +269,7 @@ def _provenance(choices: Mapping[str, str], overrides: tuple[str, ...], extra_ro
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text()) or {}
+    data = parse_yaml(path.read_text()) or {}
     return data if isinstance(data, dict) else {}
 
 

@@ -20,6 +20,7 @@ import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from appliance.control.client import Target
+from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
 
 __all__ = ["SiteEntry", "load_site_file", "target"]
@@ -40,7 +41,7 @@ _SITE = TypeAdapter(list[SiteEntry])
 def load_site_file(path: Path) -> tuple[SiteEntry, ...]:
     """The appliances a site file lists; ConfigError naming the file and key otherwise."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text())
     except OSError as err:
         raise _site_error(path, "", f"cannot read it: {err.strerror}") from None
     except yaml.YAMLError as err:

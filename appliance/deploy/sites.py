@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -71,11 +72,14 @@ def plan_sites(
     host_facts: Callable[[], HostFacts],
     site_dir: Path | None = None,
 ) -> tuple[SitePlan, ...]:
-    """Per site, the launch plan for `overrides` at that site, or why there is none."""
-    plans = []
+    """Per site, the launch plan for `overrides` at that site, or why there is none.
+
+    One process for every site: the matrix, the plugin states and the host are read once.
+    """
+    plans, host = [], cache(host_facts)
     for name in group_options("site", site_dir):
         try:
-            composed = resolve_config([*overrides, f"site={name}"], matrix, host_facts, site_dir=site_dir)
+            composed = resolve_config([*overrides, f"site={name}"], matrix, host, site_dir=site_dir)
             plan = build_plan(validate(composed, matrix))
         except ConfigError as err:
             plans.append(SitePlan(name, None, err.problems))

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -24,6 +25,7 @@ from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.resolve import resolve_config
 from appliance.config.compose import COMMAND_LINE
 from appliance.config.schema import ComposedConfig
+from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.host import HostFacts
 from appliance.resources import conf_dir
@@ -74,8 +76,15 @@ class SlotsFile:
     """The file it was read from (set on loading)."""
 
 
-_ADAPTER: TypeAdapter[SlotsFile] = TypeAdapter(SlotsFile)
-_SPEC: TypeAdapter[SlotSpec] = TypeAdapter(SlotSpec)
+# Built on first use: every `validate` asks `slots_choice`, and only slots files need the schemas.
+@cache
+def _slots_adapter() -> TypeAdapter[SlotsFile]:
+    return TypeAdapter(SlotsFile)
+
+
+@cache
+def _spec_adapter() -> TypeAdapter[SlotSpec]:
+    return TypeAdapter(SlotSpec)
 
 
 def slots_choice(overrides: Sequence[str]) -> str | None:
@@ -102,8 +111,8 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
             (Problem("unknown-option", "slots", f"no slots file {name!r}", f"Choose one of: {', '.join(known)}"),)
         )
     try:
-        raw = yaml.safe_load(path.read_text())
-        parsed = _ADAPTER.validate_python(raw)
+        raw = parse_yaml(path.read_text())
+        parsed = _slots_adapter().validate_python(raw)
     except yaml.YAMLError as error:
         raise ConfigError(
             (Problem("yaml-error", str(path), " ".join(str(error).split()), "Fix the YAML syntax"),)
@@ -150,7 +159,8 @@ def split_overrides(
             )
         elif (key := m["rest"].partition("=")[0]) in ("devices", "cores"):
             try:
-                specs[m["slot"]] = _SPEC.validate_python({**_fields(specs[m["slot"]]), key: _parse(m["rest"])})
+                changed = {**_fields(specs[m["slot"]]), key: _parse(m["rest"])}
+                specs[m["slot"]] = _spec_adapter().validate_python(changed)
             except (ValidationError, yaml.YAMLError):
                 problems.append(
                     Problem(
@@ -173,7 +183,7 @@ def _fields(spec: SlotSpec) -> dict[str, Any]:
 
 
 def _parse(assignment: str) -> Any:
-    value = yaml.safe_load(assignment.partition("=")[2])
+    value = parse_yaml(assignment.partition("=")[2])
     return [value] if isinstance(value, int) else value
 
 
