@@ -7,11 +7,11 @@ from textual import getters
 from textual.app import ComposeResult
 from textual.reactive import var
 from textual.widget import Widget
-from textual.widgets import Sparkline
 
 from tui.view import ApplianceView
 from tui.widgets.format import MISSING, number, percent
 from tui.widgets.quiet import QuietStatic
+from tui.widgets.trend import Trend
 
 __all__ = ["LoadPanel"]
 
@@ -19,23 +19,23 @@ __all__ = ["LoadPanel"]
 class LoadPanel(Widget):
     DEFAULT_CSS = """
     LoadPanel { height: auto; border: round $primary; border-title-color: $text; padding: 0 1; }
-    LoadPanel Sparkline { height: 2; margin-bottom: 1; }
+    LoadPanel Trend { margin-bottom: 1; }
     LoadPanel QuietStatic { height: auto; }
     """
 
     view: var[ApplianceView | None] = var(None)
     prompt_rate = getters.query_one("#prompt-rate", QuietStatic)
-    prompt_spark = getters.query_one("#prompt-spark", Sparkline)
+    prompt_spark = getters.query_one("#prompt-spark", Trend)
     generation_rate = getters.query_one("#generation-rate", QuietStatic)
-    generation_spark = getters.query_one("#generation-spark", Sparkline)
+    generation_spark = getters.query_one("#generation-spark", Trend)
     occupancy = getters.query_one("#occupancy", QuietStatic)
 
     def compose(self) -> ComposeResult:
         self.border_title = "load"
         yield QuietStatic(id="prompt-rate")
-        yield Sparkline([], id="prompt-spark")
+        yield Trend(id="prompt-spark")
         yield QuietStatic(id="generation-rate")
-        yield Sparkline([], id="generation-spark")
+        yield Trend(id="generation-spark")
         yield QuietStatic(id="occupancy")
 
     def watch_view(self, view: ApplianceView | None) -> None:
@@ -46,8 +46,8 @@ class LoadPanel(Widget):
             return
         self.prompt_rate.show(Text(f"prompt      {number(summary.prompt_tps, '.1f')} tok/s"))
         self.generation_rate.show(Text(f"generation  {number(summary.generation_tps, '.1f')} tok/s"))
-        self.prompt_spark.data = list(summary.prompt_tps_history)
-        self.generation_spark.data = list(summary.generation_tps_history)
+        self.prompt_spark.samples = summary.prompt_tps_history
+        self.generation_spark.samples = summary.generation_tps_history
         state = view.polled.state if view is not None else None
         limit = state.max_concurrency if state is not None else None
         kv = percent(summary.kv_usage)
