@@ -38,18 +38,24 @@ class LoadPanel(Widget):
         yield Trend(id="generation-spark")
         yield QuietStatic(id="occupancy")
 
+    _shown: tuple[object, ...] | None = None
+
     def watch_view(self, view: ApplianceView | None) -> None:
         summary = view.summary if view is not None else None
+        state = view.polled.state if view is not None else None
+        limit = state.max_concurrency if state is not None else None
+        reason = view.polled.metrics_error if view is not None else None
+        shown = (summary, limit, reason)
+        if shown == self._shown:
+            return  # the same load as last poll: nothing here is rebuilt
+        self._shown = shown
         if summary is None:
-            reason = view.polled.metrics_error if view is not None else None
             self.prompt_rate.show(Text(f"no engine metrics: {reason or 'not polled yet'}"))
             return
         self.prompt_rate.show(Text(f"prompt      {number(summary.prompt_tps, '.1f')} tok/s"))
         self.generation_rate.show(Text(f"generation  {number(summary.generation_tps, '.1f')} tok/s"))
         self.prompt_spark.samples = summary.prompt_tps_history
         self.generation_spark.samples = summary.generation_tps_history
-        state = view.polled.state if view is not None else None
-        limit = state.max_concurrency if state is not None else None
         kv = percent(summary.kv_usage)
         if summary.kv_capacity_tokens is not None and summary.kv_usage is not None:
             kv += f" of {summary.kv_capacity_tokens:,.0f} tokens"
