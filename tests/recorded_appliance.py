@@ -10,6 +10,7 @@ seams (`Sources`, and the supervisor it is handed):
   EngineLog holding the recorded log; drain and restart are noted, not carried out.
 uvicorn serves the app on a free port, as `appliance serve` does: httpx.ASGITransport collects a
 whole response before returning it, so the endless /logs?follow=1 stream could not pass through it.
+Every request the served app receives is counted by path, so a test can see what a console asked for.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -32,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
@@ -109,12 +112,27 @@ class RecordedEngine:
         return float(max(self.served - 1, 0))
 
 
+class CountedRequests:
+    """An ASGI app that counts the HTTP requests each path receives before passing them on."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.paths: Counter[str] = Counter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.paths[scope["path"]] += 1
+        await self.app(scope, receive, send)
+
+
 @dataclass
 class Recorded:
     token: str
     url: str
     supervisor: RecordedSupervisor
     engine: RecordedEngine
+    requests: Counter[str]
+    """Requests received so far, by path (a test may clear it)."""
 
     @property
     def actions(self) -> list[Command]:
@@ -154,8 +172,10 @@ def recorded_appliance(
     token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
 ) -> Iterator[Recorded]:
     """The recorded appliance served over real HTTP."""
-    with recorded_api(token, checks, pages) as api, serving(api.app) as url:
-        yield Recorded(token, url, api.supervisor, api.engine)
+    with recorded_api(token, checks, pages) as api:
+        counted = CountedRequests(api.app)
+        with serving(counted) as url:
+            yield Recorded(token, url, api.supervisor, api.engine, counted.paths)
 
 
 @contextmanager
@@ -170,7 +190,7 @@ def not_an_appliance() -> Iterator[str]:
 
 
 @contextmanager
-def serving(app: Starlette) -> Iterator[str]:
+def serving(app: ASGIApp) -> Iterator[str]:
     """`app` served by uvicorn on a free loopback port, in a thread of its own, until the block ends."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

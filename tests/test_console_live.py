@@ -52,8 +52,9 @@ async def test_the_console_shows_live_load_latency_scheduler_and_logs(shared_app
         assert summary.generation_tps_history and max(summary.generation_tps_history) > 0
         assert "tok/s" in shown(app.screen.query_one(LoadPanel))
         await until(lambda: "with prefill" in shown(app.screen.query_one(SchedulerPanel)))
-        await pilot.press("l")
+        await pilot.press("l")  # the log is streamed from now on, while this screen shows it
         assert isinstance(app.screen, LogsScreen)
+        await asyncio.to_thread(generate, live, 1)
         await until(lambda: any("POST /v1/completions" in line for line in app.log_lines()))
 
 

@@ -36,7 +36,6 @@ async def test_the_dashboard_shows_state_load_latency_scheduler_devices_and_chec
     with recorded_appliance() as rec:
         app = recorded_console(rec)
         async with app.run_test(size=SIZE) as pilot:
-            await until(lambda: len(app.log_lines()) >= 500)
             await poll(pilot, 5)
             header = shown(app.screen.query_one(ApplianceHeader))
             assert "● READY" in header and "appliance/tiny-llama" in header and "config df9e744fcbff" in header

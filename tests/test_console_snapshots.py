@@ -30,13 +30,16 @@ def rec() -> Iterator[Recorded]:
         yield recorded
 
 
-def settled(*keys: str, polls: int = 6) -> Callable[[Pilot[None]], Awaitable[None]]:
+def settled(*keys: str, polls: int = 6, log_lines: int = 0) -> Callable[[Pilot[None]], Awaitable[None]]:
+    """Poll `polls` times, press `keys`, then wait for `log_lines` lines of the log (streamed only
+    while the log screen shows it)."""
+
     async def run_before(pilot: Pilot[None]) -> None:
         app = pilot.app
         assert isinstance(app, ConsoleApp)
-        await until(lambda: len(app.log_lines()) >= 500)
         await poll(pilot, polls)
         await pilot.press(*keys)
+        await until(lambda: len(app.log_lines()) >= log_lines)
         await pilot.pause()
 
     return run_before
@@ -54,7 +57,7 @@ def test_fleet_snapshot(snap_compare: Compare, rec: Any) -> None:
 
 
 def test_logs_snapshot(snap_compare: Compare, rec: Recorded) -> None:
-    assert snap_compare(recorded_console(rec), terminal_size=SIZE, run_before=settled("l", polls=1))
+    assert snap_compare(recorded_console(rec), terminal_size=SIZE, run_before=settled("l", polls=1, log_lines=500))
 
 
 def test_config_snapshot(snap_compare: Compare, rec: Recorded) -> None:

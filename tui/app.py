@@ -1,8 +1,9 @@
 """The operator console: one appliance in detail, or every appliance of a site.
 
 `make_console` builds it for the CLI and for the tests alike. Polls run in the `status-poll`
-worker group, the engine log of the selected appliance streams in the `log-follow` group, and
-both report back with messages; screens only display what the app hands them.
+worker group and fetch only what the shown mode displays; the engine log of the selected
+appliance streams in the `log-follow` group while the log screen is shown. Both report back with
+messages, and screens only display what the app hands them.
 """
 
 from __future__ import annotations
@@ -89,17 +90,30 @@ class ConsoleApp(App[None]):
 
     @work(exclusive=True, group="status-poll")
     async def poll_all(self) -> None:
-        selected, detail = self.selected, self._polls % _DETAIL_EVERY == 0
+        names, detail = self._wanted()
         self._polls += 1
-        polls = [poll(self.client, name, detail=detail and name == selected) for name in self.client.targets]
-        for polled in await asyncio.gather(*polls):
+        for polled in await asyncio.gather(*(poll(self.client, name, detail=detail) for name in names)):
             self.post_message(StatusPolled(polled))
+
+    def _wanted(self) -> tuple[tuple[str, ...], bool]:
+        """The appliances the shown mode displays, and whether it shows their host facts and checks.
+
+        Only what is on screen is fetched: the fleet needs every appliance's state and load, the
+        other modes the selected appliance's, and only the dashboard its host facts and checks.
+        """
+        base = self.screen_stack[0] if self.screen_stack else None  # under a dialog, the mode's screen
+        if isinstance(base, FleetScreen):
+            return tuple(self.client.targets), False
+        detail = isinstance(base, DashboardScreen) and self._polls % _DETAIL_EVERY == 0
+        return (self.selected,), detail
 
     def on_status_polled(self, message: StatusPolled) -> None:
         polled, name = message.polled, message.polled.name
         previous = self.views.get(name)
         if not polled.detailed and previous is not None:
             polled = replace(polled, host=previous.polled.host, checks=previous.polled.checks)
+        if previous is not None and previous.polled == polled:
+            return  # the same documents as last time: nothing on screen would change
         self.views[name] = build_view(polled)
         screen = self._shown()
         if isinstance(screen, FleetScreen):
@@ -111,11 +125,26 @@ class ConsoleApp(App[None]):
         # Messages still in flight while the app exits find no screen; they have nothing to update.
         return self.screen_stack[-1] if self.screen_stack else None
 
-    def watch_selected(self, name: str) -> None:
+    def watch_selected(self) -> None:
         self._polls = 0  # the next poll fetches the new selection's host facts and checks
+        self._follow_logs(restart=True)
+
+    def on_logs_screen_shown(self, _: LogsScreen.Shown) -> None:
+        self._follow_logs(restart=False)
+
+    def on_logs_screen_hidden(self, _: LogsScreen.Hidden) -> None:
+        self._follow_logs(restart=False)
+
+    def _follow_logs(self, *, restart: bool) -> None:
+        """Stream the selected appliance's log while the log screen is its mode's screen, and only then."""
+        base = self.screen_stack[0] if self.screen_stack else None
+        shown = isinstance(base, LogsScreen) and bool(self.selected)
+        if shown and not restart and any(w.group == "log-follow" and w.is_running for w in self.workers):
+            return  # e.g. a dialog came and went over the log: the stream went on beneath it
+        self.workers.cancel_group(self, "log-follow")
         self._log_lines.clear()
-        if name:
-            self.follow_logs(name)
+        if shown:
+            self.follow_logs(self.selected)
 
     @work(exclusive=True, group="log-follow")
     async def follow_logs(self, name: str) -> None:

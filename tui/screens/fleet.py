@@ -41,11 +41,13 @@ class FleetScreen(Screen[None]):
         table = self.table
         for view in views:
             cells = _row(view)
-            if view.name in table.rows:
-                for column, cell in zip(table.columns, cells, strict=True):
-                    table.update_cell(view.name, column, cell, update_width=True)
-            else:
+            if view.name not in table.rows:
                 table.add_row(*cells, key=view.name)
+                continue
+            shown = table.get_row(view.name)
+            for column, cell, old in zip(table.columns, cells, shown, strict=True):
+                if cell != old:  # an unchanged cell costs nothing: no re-measure, no redraw
+                    table.update_cell(view.name, column, cell, update_width=True)
 
     def highlighted(self) -> str | None:
         """The appliance under the cursor: drain and restart act on it from this screen."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from textual import getters
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Footer, Input, Log, Static
 
@@ -37,9 +38,19 @@ class LogsScreen(ApplianceScreen):
         yield Static(id="log-status")
         yield Footer()
 
+    class Shown(Message):
+        """The log became the screen of its mode: the app follows the selected appliance's log."""
+
+    class Hidden(Message):
+        """Something else covers the log: the app stops following unless it is only a dialog."""
+
     def on_screen_resume(self) -> None:
         super().on_screen_resume()
         self._redraw()
+        self.post_message(self.Shown())
+
+    def on_screen_suspend(self) -> None:
+        self.post_message(self.Hidden())
 
     def add_lines(self, lines: Sequence[str]) -> None:
         """New lines from the followed stream; held back while paused."""

@@ -1,6 +1,7 @@
 """Text panels of the dashboard: latency, scheduler, devices and checks.
 
-Each redraws from the ApplianceView bound to it; none of them computes anything beyond layout.
+Each redraws from the ApplianceView bound to it, and only when the part of it the panel shows
+changed; none of them computes anything beyond layout.
 """
 
 from __future__ import annotations
@@ -22,14 +23,23 @@ class _Panel(QuietStatic):
     """
     TITLE = ""
     view: var[ApplianceView | None] = var(None)
+    _shown: tuple[bool, object] | None = None
 
     def on_mount(self) -> None:
         self.border_title = self.TITLE
 
     def watch_view(self, view: ApplianceView | None) -> None:
+        shown = (False, None) if view is None else (True, self.shows(view))
+        if shown == self._shown:
+            return  # what this panel shows did not change: not even its text is rebuilt
+        self._shown = shown
         text = self.render_view(view) if view is not None else Text("not polled yet", style="dim")
         text.rstrip()
         self.show(text)
+
+    def shows(self, view: ApplianceView) -> object:
+        """The part of the view this panel renders."""
+        raise NotImplementedError
 
     def render_view(self, view: ApplianceView) -> Text:
         raise NotImplementedError
@@ -37,6 +47,10 @@ class _Panel(QuietStatic):
 
 class LatencyPanel(_Panel):
     TITLE = "latency"
+
+    def shows(self, view: ApplianceView) -> object:
+        summary = view.summary
+        return None if summary is None else (summary.ttft, summary.itl, summary.e2e, summary.missing, summary.window_s)
 
     def render_view(self, view: ApplianceView) -> Text:
         summary = view.summary
@@ -61,6 +75,9 @@ def _percentile_cells(value: LatencyDocument | None, missing: bool) -> tuple[str
 
 class SchedulerPanel(_Panel):
     TITLE = "scheduler"
+
+    def shows(self, view: ApplianceView) -> object:
+        return (view.summary.steps if view.summary is not None else None), view.scheduler
 
     def render_view(self, view: ApplianceView) -> Text:
         text = Text()
@@ -96,6 +113,9 @@ def _ms(value: float | None) -> float | None:
 class DevicesPanel(_Panel):
     TITLE = "devices"
 
+    def shows(self, view: ApplianceView) -> object:
+        return view.polled.host
+
     def render_view(self, view: ApplianceView) -> Text:
         host = view.polled.host
         if host is None:
@@ -124,6 +144,9 @@ _CHECK_STYLE = {"pass": "green", "warn": "yellow", "unknown": "dim", "fail": "re
 
 class ChecksPanel(_Panel):
     TITLE = "checks"
+
+    def shows(self, view: ApplianceView) -> object:
+        return view.polled.checks
 
     def render_view(self, view: ApplianceView) -> Text:
         checks = view.polled.checks
