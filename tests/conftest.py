@@ -10,7 +10,6 @@ is not built.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +22,13 @@ from appliance.config import compose
 
 from .appliance_process import API_KEY, KEY_ENV, ROOT, Served, revive, running_appliance
 from .compose_memo import memoized
-from .helpers import Cli, run_cli
+from .helpers import PROFILE, Cli, run_cli
 from .sigterm_scenario import SigtermRun, sigterm_under_load
 
 # `make test` (CI) loads "ci"; a plain `pytest` and `make test-fast` explore with the "dev" count.
 settings.register_profile("ci", max_examples=1000, deadline=None)
 settings.register_profile("dev", max_examples=120, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.load_profile(PROFILE)
 
 
 @dataclass(frozen=True)
