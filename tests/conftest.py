@@ -10,7 +10,6 @@ is not built.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +18,17 @@ import pytest
 from hypothesis import settings
 
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
+from appliance.config import compose
 
 from .appliance_process import API_KEY, KEY_ENV, ROOT, Served, revive, running_appliance
-from .helpers import Cli, run_cli
+from .compose_memo import memoized
+from .helpers import PROFILE, Cli, run_cli
 from .sigterm_scenario import SigtermRun, sigterm_under_load
 
 # `make test` (CI) loads "ci"; a plain `pytest` and `make test-fast` explore with the "dev" count.
 settings.register_profile("ci", max_examples=1000, deadline=None)
 settings.register_profile("dev", max_examples=120, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.load_profile(PROFILE)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,14 @@ def cpu_engine() -> Path:
 def ttnn_engine() -> Path:
     """The ttnn probe's interpreter (`.engines/ttnn`, Python 3.12)."""
     return ROOT / ".engines" / "ttnn" / "bin" / "python"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_composition_per_input() -> Iterator[None]:
+    """Hydra composes each distinct override set once per session (tests/compose_memo.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compose, "_compose", memoized(compose._compose))
+        yield
 
 
 @pytest.fixture(scope="session")

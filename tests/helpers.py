@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import sys
 import time
@@ -25,6 +26,11 @@ from appliance.runtime.supervisor import EngineSupervisor
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
 REPLAY_ENGINE = Path(__file__).with_name("replay_engine.py")
+# The Hypothesis profile (tests/conftest.py): "ci" under `make test`, "dev" otherwise.
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+# Generated-input tests that run a full Hydra composition (about 0.45 s) per example: the ci
+# profile's 1,000 under `make test`, a sample in the fast tier.
+COMPOSING_EXAMPLES = 1000 if PROFILE == "ci" else 20
 DATA = Path(__file__).with_name("data")
 """Recorded real data (engine logs, /metrics pages, sysfs trees) for sources that cannot exist here."""
 

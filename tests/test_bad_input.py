@@ -1,7 +1,7 @@
 """Generated bad input: override sets and site files give a plan or a ConfigError, nothing else.
 
-Each example is a full Hydra composition, so the example count comes from the Hypothesis profile
-(tests/conftest.py): 1,000 per test under `make test` (CI), 120 in a plain `pytest` or `make test-fast`.
+Each example is a full Hydra composition: 1,000 per test under `make test` (CI), 20 in a plain `pytest`
+or `make test-fast` (`COMPOSING_EXAMPLES`, tests/helpers.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from appliance.compat.validate import validate
@@ -17,6 +17,7 @@ from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
 
+from .helpers import COMPOSING_EXAMPLES
 from .test_validate import MATRIX
 
 KEYS = st.sampled_from([
@@ -47,6 +48,7 @@ def outcome(overrides: list[str], site_dir: Path | None = None) -> None:
         assert error.problems and all(p.key and "\n" not in p.render() for p in error.problems)
 
 
+@settings(max_examples=COMPOSING_EXAMPLES)
 @given(st.lists(st.tuples(KEYS, VALUES), max_size=6))
 def test_generated_override_sets_give_a_plan_or_a_config_error(pairs: list[tuple[str, str]]) -> None:
     outcome([f"{k}={v}" for k, v in pairs] + ["mesh=t3k", "+model=llama"])
@@ -64,6 +66,7 @@ def render_site(entries: list[tuple[str, object]], raw: str) -> str:
     return "\n".join(lines) + "\n" + raw
 
 
+@settings(max_examples=COMPOSING_EXAMPLES)
 @given(st.lists(st.tuples(SITE_KEYS, YAML_VALUES), max_size=5), st.text("{}[]:,'\"- \n#&*!|>%@`abc", max_size=20))
 @example([], "a\n\n\n>")  # stray text that YAML reads as one key holding a newline
 def test_generated_site_files_give_a_plan_or_a_config_error(entries: list[tuple[str, object]], raw: str) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -14,7 +12,7 @@ from appliance.config.compose import compose_config
 from appliance.errors import ConfigError, Problem
 from appliance.plan import LaunchPlan, build_plan
 
-from .helpers import TINY
+from .helpers import TINY, Cli
 
 LLAMA = ["+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]
 DIFFUSION = ["+model=gemma", "mesh=p300x2", "model.checkpoint=google/diffusiongemma-26B-A4B-it"]
@@ -122,36 +120,31 @@ def test_galaxy_rows_read_the_capabilities_of_the_class_their_text_version_selec
     assert warning.key == "features.sample_on_device" and "e867533" in warning.message
 
 
-def appliance(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance.cli", *args], capture_output=True, text=True, timeout=120,
-                          check=False)  # fmt: skip
-
-
-def test_validate_ends_with_the_fit_in_three_buckets() -> None:
-    runnable = appliance("validate", "mesh=cpu")
+def test_validate_ends_with_the_fit_in_three_buckets(cli: Cli) -> None:
+    runnable = cli("validate", "mesh=cpu")
     assert runnable.returncode == 0 and runnable.stdout.splitlines()[-1] == "fit: runnable"
-    change = appliance("validate", "+model=llama", "mesh=n150", "serving.max_context=131072")
+    change = cli("validate", "+model=llama", "mesh=n150", "serving.max_context=131072")
     assert change.returncode == 2
     assert change.stderr.splitlines()[-1].startswith("fit: runnable with a change: serving.max_context: Use ≤ 32768")
-    not_runnable = appliance("validate", "+model=gpt_oss", "mesh=n150")
+    not_runnable = cli("validate", "+model=gpt_oss", "mesh=n150")
     assert not_runnable.stderr.splitlines()[-1].startswith("fit: not runnable: mesh: model=gpt_oss")
-    kv = appliance("validate", TINY, "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
+    kv = cli("validate", TINY, "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
                    "engine.extra_args=[--kv-cache-memory-bytes,1572864]")  # fmt: skip
     assert kv.returncode == 0 and kv.stdout.splitlines()[-1].startswith("fit: runnable with a change: ")
     assert "max_context ≤ 128 fits 16 users on cpu" in kv.stdout
 
 
-def test_validate_and_plan_take_against_and_the_matrix_reports_fit() -> None:
-    old = appliance("validate", *DIFFUSION, "--against", "vllm=0.25.1", "--json")
+def test_validate_and_plan_take_against_and_the_matrix_reports_fit(cli: Cli) -> None:
+    old = cli("validate", *DIFFUSION, "--against", "vllm=0.25.1", "--json")
     assert old.returncode == 2 and json.loads(old.stdout)["fit"]["bucket"] == "not runnable"
-    plan = appliance("plan", *LLAMA, "--against", "vllm=0.25.1")
+    plan = cli("plan", *LLAMA, "--against", "vllm=0.25.1")
     assert plan.returncode == 0 and "# judged under vllm-tt-plugin state vllm-0.25.1@e3fc849" in plan.stdout
     assert "# the plugin adjusts (set in this plan): chunked prefill is switched off" in plan.stdout
-    rows = json.loads(appliance("matrix", "--mesh", "p300x2", "--model", "gemma", "--json").stdout)
+    rows = json.loads(cli("matrix", "--mesh", "p300x2", "--model", "gemma", "--json").stdout)
     buckets = {r["checkpoint"]: r["fit"]["bucket"] for r in rows}
     assert buckets["google/diffusiongemma-26B-A4B-it"] == "runnable"
-    rows = json.loads(appliance("matrix", "--mesh", "p300x2", "--model", "gemma", "--against", "vllm=0.25.1",
+    rows = json.loads(cli("matrix", "--mesh", "p300x2", "--model", "gemma", "--against", "vllm=0.25.1",
                                 "--json").stdout)  # fmt: skip
     assert {r["checkpoint"]: r["fit"]["bucket"] for r in rows}["google/diffusiongemma-26B-A4B-it"] == "not runnable"
-    bad = appliance("validate", *LLAMA, "--against", "vllm=9")
+    bad = cli("validate", *LLAMA, "--against", "vllm=9")
     assert bad.returncode == 2 and bad.stderr.startswith("error[bad-against] --against:")

@@ -5,15 +5,19 @@ The fields are walked from the schema itself, so a new numeric key without a bou
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Iterator
+from typing import Any
 
 import annotated_types
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from appliance.config import schema
 from appliance.config.compose import compose_config
@@ -46,25 +50,62 @@ def test_every_numeric_key_has_a_range() -> None:
     assert [key for key, _, bounds in FIELDS if not bounds] == []
 
 
-def outside(bounds: list[object]) -> st.SearchStrategy[float]:
-    options = []
-    for b in bounds:
-        if isinstance(b, annotated_types.Ge):
-            options.append(st.integers(-(10**6), int(b.ge) - 1))  # type: ignore[arg-type]
-        elif isinstance(b, annotated_types.Gt):
-            options.append(st.integers(-(10**6), int(b.gt)))  # type: ignore[arg-type]
-        elif isinstance(b, annotated_types.Le):
-            options.append(st.integers(int(b.le) + 1, int(b.le) + 10**6))  # type: ignore[arg-type]
-    return st.one_of(options)
+def outside(bound: object) -> st.SearchStrategy[int]:
+    """Integers on the wrong side of one bound."""
+    if isinstance(bound, annotated_types.Ge):
+        return st.integers(-(10**6), int(bound.ge) - 1)  # type: ignore[arg-type]
+    if isinstance(bound, annotated_types.Gt):
+        return st.integers(-(10**6), int(bound.gt))  # type: ignore[arg-type]
+    assert isinstance(bound, annotated_types.Le), bound
+    return st.integers(int(bound.le) + 1, int(bound.le) + 10**6)  # type: ignore[arg-type]
 
 
-@settings(max_examples=40, deadline=None)
+def nearest_outside(bound: object) -> int:
+    """The value just past one bound: the first a range check must refuse."""
+    if isinstance(bound, annotated_types.Ge):
+        return int(bound.ge) - 1  # type: ignore[arg-type]
+    if isinstance(bound, annotated_types.Gt):
+        return int(bound.gt)  # type: ignore[arg-type]
+    assert isinstance(bound, annotated_types.Le), bound
+    return int(bound.le) + 1  # type: ignore[arg-type]
+
+
+BOUNDS = [(key, bound) for key, _, bounds in FIELDS for bound in bounds]
+ADAPTER: TypeAdapter[schema.ApplianceConfig] = TypeAdapter(schema.ApplianceConfig)
+
+
+@pytest.fixture(scope="module")
+def parsed() -> dict[str, Any]:
+    """The default config as the schema receives it from a composition (composed once)."""
+    return dataclasses.asdict(compose_config(["mesh=cpu"]).config)
+
+
 @given(st.data())
-def test_a_value_outside_its_range_is_refused_naming_its_key(data: st.DataObject) -> None:
-    key, _, bounds = data.draw(st.sampled_from(FIELDS))
-    value = data.draw(outside(bounds))
+def test_the_schema_refuses_a_generated_value_outside_its_range_at_its_key(
+    parsed: dict[str, Any], data: st.DataObject
+) -> None:
+    """Generated values through the schema, without a Hydra composition per example (the one below is
+    per bound): exactly the key set out of range is refused, as a range error."""
+    key, bound = data.draw(st.sampled_from(BOUNDS))
+    raw = copy.deepcopy(parsed)
+    *sections, leaf = key.split(".")
+    functools.reduce(lambda node, name: node[name], sections, raw)[leaf] = data.draw(outside(bound))
+    with pytest.raises(ValidationError) as caught:
+        ADAPTER.validate_python(raw)
+    (error,) = caught.value.errors()
+    assert ".".join(map(str, error["loc"])) == key and error["type"].startswith(("greater_than", "less_than"))
+
+
+# One key per section and kind of bound goes through a real composition: turning a range error into a
+# Problem depends only on those two (the schema test above covers every bound).
+COMPOSED = list({(key.rsplit(".", 1)[0], type(bound)): (key, bound) for key, bound in BOUNDS}.values())
+
+
+@pytest.mark.parametrize(("key", "bound"), COMPOSED, ids=[f"{k}:{type(b).__name__}" for k, b in COMPOSED])
+def test_a_value_outside_its_range_is_refused_naming_its_key(key: str, bound: object) -> None:
+    """Through a real composition: refused as one bad-value line naming the key."""
     with pytest.raises(ConfigError) as caught:
-        compose_config(["mesh=cpu", f"++{key}={value}"])  # ++: the default workload omits some keys
+        compose_config(["mesh=cpu", f"++{key}={nearest_outside(bound)}"])  # ++: the default workload omits some keys
     (problem,) = caught.value.problems
     assert problem.code == "bad-value" and problem.key == key and "\n" not in problem.render()
 

@@ -14,6 +14,7 @@ from appliance.errors import ConfigError
 from appliance.plan import build_plan
 from appliance.runtime.supervisor import engine_environment
 
+from .helpers import COMPOSING_EXAMPLES
 from .test_validate import MATRIX
 
 TOKENS = ["hf_" + "a1B2" * 9, "sk-" + "x9" * 12, "ghp_" + "Z" * 36, "AKIA" + "ABCDEFGHIJKLMNOP"]
@@ -34,7 +35,7 @@ def refusal(*overrides: str, site_dir: Path | None = None) -> ConfigError:
     return caught.value
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=COMPOSING_EXAMPLES)  # 28 pairs: all of them under `make test`
 @given(st.sampled_from(PLACES), st.sampled_from(TOKENS))
 def test_a_planted_credential_is_refused_wherever_it_is_put(place: str, token: str) -> None:
     error = refusal("mesh=cpu", place.format(v=token.replace(" ", "_")))

@@ -1,10 +1,10 @@
 """Slots files composed, validated and planned through the real conf/ and matrix: the shipped
-T3K, Galaxy and cpu-pair examples, and every collision refused in one line naming both slots."""
+T3K, Galaxy and cpu-pair examples, and every collision refused in one line naming both slots.
+
+The commands run in-process (the `cli` fixture); tests/test_cli.py runs the console script itself."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,8 @@ from appliance.errors import ConfigError
 from appliance.slots.declare import load_slots
 from appliance.slots.plan import VISIBILITY, HostPlan, plan_host
 
+from .helpers import Cli
+
 
 def host_plan(matrix: CompatibilityMatrix, name: str, *overrides: str, cpus: tuple[int, ...] = (0, 1)) -> HostPlan:
     return plan_host(load_slots(name), [f"slots={name}", *overrides], matrix, cpus=cpus)
@@ -24,10 +26,6 @@ def problems(matrix: CompatibilityMatrix, name: str, *overrides: str) -> list[st
     with pytest.raises(ConfigError) as caught:
         host_plan(matrix, name, *overrides)
     return [p.render() for p in caught.value.problems]
-
-
-def appliance(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_the_t3k_example_gives_each_8b_engine_its_own_n300_board(matrix: CompatibilityMatrix) -> None:
@@ -111,38 +109,38 @@ def test_a_t3k_slot_takes_all_four_boards_and_leaves_none(matrix: CompatibilityM
     assert any("slot code: mesh=n300 needs 1 free device(s); 0 of the host's 4 are left" in p for p in found)
 
 
-def test_a_slots_file_in_the_site_dir_is_found_and_a_bad_one_refused_naming_the_file(tmp_path: Path) -> None:
+def test_a_slots_file_in_the_site_dir_is_found_and_a_bad_one_refused_naming_the_file(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "slots").mkdir()
     shipped = yaml.safe_load((Path(__file__).parent.parent / "conf" / "slots" / "cpu-pair.yaml").read_text())
     (tmp_path / "slots" / "mine.yaml").write_text(yaml.safe_dump(shipped))
     (tmp_path / "slots" / "bad.yaml").write_text("host: cpu\nslots: {a: {devics: [0]}}\n")
-    ok = appliance("validate", "slots=mine", "--site-dir", str(tmp_path))
+    ok = cli("validate", "slots=mine", "--site-dir", str(tmp_path))
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[-1].startswith("ok: 2 slots on host cpu (mine, ")
-    bad = appliance("validate", "slots=bad", "--site-dir", str(tmp_path))
+    bad = cli("validate", "slots=bad", "--site-dir", str(tmp_path))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("error[bad-config] slots.a.devics: ") and "bad.yaml" in bad.stderr
 
 
-def test_plan_and_render_print_every_slot(tmp_path: Path) -> None:
-    plan = appliance("plan", "slots=t3k-4x8b")
+def test_plan_and_render_print_every_slot(cli: Cli, tmp_path: Path) -> None:
+    plan = cli("plan", "slots=t3k-4x8b")
     assert plan.returncode == 0, plan.stderr
     lines = [line for line in plan.stdout.splitlines() if not line.startswith("#")]
     assert [f"{VISIBILITY}={i}" in line for i, line in enumerate(lines)] == [True] * 4
-    k8s = appliance("render", "k8s", "slots=t3k-4x8b", "--out", str(tmp_path / "k8s"))
+    k8s = cli("render", "k8s", "slots=t3k-4x8b", "--out", str(tmp_path / "k8s"))
     assert k8s.returncode == 0, k8s.stderr
     files = sorted(p.name for p in (tmp_path / "k8s").iterdir())
     assert files == [f"tt-appliance-default-{s}.yaml" for s in ("chat", "code", "router", "spare")]
     claims = [d for d in yaml.safe_load_all((tmp_path / "k8s" / files[0]).read_text())
               if d["kind"] == "ResourceClaimTemplate"]  # fmt: skip
     assert claims[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
-    unit = appliance("render", "systemd", "slots=t3k-4x8b")
+    unit = cli("render", "systemd", "slots=t3k-4x8b")
     assert unit.returncode == 0, unit.stderr
     assert "serve slots=t3k-4x8b" in unit.stdout and "chat, code, router, spare on t3k" in unit.stdout
 
 
-def test_kv_shares_beyond_this_hosts_memory_are_refused_naming_every_slot() -> None:
-    done = appliance("validate", "slots=cpu-pair", "slots.left.engine.env.VLLM_CPU_KVCACHE_SPACE=100000")
+def test_kv_shares_beyond_this_hosts_memory_are_refused_naming_every_slot(cli: Cli) -> None:
+    done = cli("validate", "slots=cpu-pair", "slots.left.engine.env.VLLM_CPU_KVCACHE_SPACE=100000")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error[slots-memory] slots: cpu-pair: the slots need ")
     # 2 GiB for the engine processes (preflight's estimate) plus each slot's KV share
