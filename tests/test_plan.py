@@ -19,7 +19,7 @@ def test_the_embedded_default_plan_runs_the_cpu_engine_on_the_generated_model(ma
     plan = plan_for(matrix, "mesh=cpu", "engine=cpu")
     assert plan.argv[1:] == (
         "-m", ENGINE_MODULE, "--model", plan.model_path, "--served-model-name", "appliance/smollm2-135m-instruct",
-        "--host", "127.0.0.1", "--port", "8000", "--max-model-len", "8192", "--max-num-seqs", "32",
+        "--host", "127.0.0.1", "--port", "8000", "--max-model-len", "2048", "--max-num-seqs", "8",
         "--no-enable-prefix-caching", "--no-async-scheduling", "--shutdown-timeout", "60",
         "--gpu-memory-utilization", "0.2", "--enforce-eager", "--dtype", "float32",
     )  # fmt: skip

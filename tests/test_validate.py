@@ -192,9 +192,9 @@ def test_a_cpu_kv_pool_close_to_the_context_is_a_warning(matrix: CompatibilityMa
 
 
 def test_a_float32_cpu_engine_holds_half_the_kv_tokens(matrix: CompatibilityMatrix) -> None:
-    """221,184,000 bytes hold 9,584 smollm2 tokens in bfloat16 but 4,784 in float32: under 8,192."""
+    """70,778,880 bytes hold 3,056 smollm2 tokens in bfloat16 but 1,520 in float32: under 2,048."""
     base = ["mesh=cpu", "engine=cpu", "model=smollm2", "~engine.env.VLLM_CPU_KVCACHE_SPACE"]
-    pool = "engine.extra_args=[--kv-cache-memory-bytes,221184000"
+    pool = "engine.extra_args=[--kv-cache-memory-bytes,70778880"
     assert "kv-pool-too-small" in codes(matrix, *base, f"{pool},--dtype,float32]")
     bf16 = validate(compose_config([*base, f"{pool}]"]), matrix)
     assert {w.code for w in bf16.warnings} == {"context-near-pool"}
