@@ -64,7 +64,7 @@ lint: setup
 bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
 	$(BIN)/python bench/verdict_time.py
-	$(BIN)/python bench/serve_overhead.py
+	PYTHONPATH=. $(BIN)/python bench/serve_overhead.py
 	PYTHONPATH=. $(BIN)/python bench/embedded_default.py
 	PYTHONPATH=. $(BIN)/python bench/console_cpu.py
 	$(BIN)/python bench/check_timings.py

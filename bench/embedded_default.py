@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import secrets
-import signal
 import subprocess
 import tempfile
 import time
@@ -34,7 +33,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.plan import build_plan
 from appliance.runtime.supervisor import engine_environment
-from tests.helpers import free_ports
+from tests.helpers import free_ports, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is the capital of France?"
@@ -65,15 +64,6 @@ def wait_answer(base: str, model: str, proc: subprocess.Popen[bytes], started: f
     return time.monotonic() - started, answer
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def spawned_at(control: str, token: str) -> float:
     """Wall-clock time of the engine's spawn: the supervisor's first event."""
     state = httpx.get(f"{control}/state", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
@@ -95,7 +85,7 @@ def make_serve(checkout: Path, cache: Path, ports: tuple[int, int], model: str, 
         rates = {n: asyncio.run(tokens_per_s(f"http://127.0.0.1:{ports[0]}", model, n, tokens)) for n in streams}
         return Boot(seconds, before, answer), rates
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def bare(cache: Path, port: int, streams: list[int], tokens: int) -> tuple[Boot, dict[int, float], str]:
@@ -110,7 +100,7 @@ def bare(cache: Path, port: int, streams: list[int], tokens: int) -> tuple[Boot,
         rates = {n: asyncio.run(tokens_per_s(plan.base_url, plan.served_name, n, tokens)) for n in streams}
         return Boot(seconds, None, answer), rates, plan.served_name
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 async def tokens_per_s(base: str, model: str, streams: int, tokens: int) -> float:

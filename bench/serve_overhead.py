@@ -3,6 +3,7 @@ and requests/s through the engine port with and without the appliance supervisin
 
 Ready means the same in both: /health answers 200 and a one-token completion succeeds.
 Target: appliance time-to-ready / bare time-to-ready <= 1.10.
+Run from the repository root: `PYTHONPATH=. .venv/bin/python bench/serve_overhead.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import argparse
 import asyncio
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +26,7 @@ from appliance.control.client import ApiError, SyncControlClient, Target
 from appliance.plan import LaunchPlan, build_plan
 from appliance.runtime.spawn import engine_environment
 from appliance.serve import ensure_model
+from tests.helpers import stop_process
 
 MODEL = "appliance/tiny-llama"
 # The tiny model: what supervision costs shows best where the engine's own work is smallest.
@@ -65,15 +66,6 @@ async def throughput(base: str, requests: int, concurrency: int) -> float:
         return requests / (time.perf_counter() - start)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def bare(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float, float]:
     proc = subprocess.Popen(plan.argv, env=engine_environment(plan, dict(os.environ)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -81,7 +73,7 @@ def bare(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float, floa
         ready = wait(lambda: engine_ready(plan.base_url), proc)
         return ready, asyncio.run(throughput(plan.base_url, requests, concurrency))
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def supervised(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float, float]:
@@ -102,7 +94,7 @@ def supervised(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float
         seconds = wait(ready, proc)
         return seconds, asyncio.run(throughput(plan.base_url, requests, concurrency))
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from openai import OpenAI
 from appliance.control.client import ApiError, SyncControlClient, Target
 from appliance.control.documents import StateDocument
 
-from .helpers import free_ports
+from .helpers import free_ports, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
@@ -102,13 +102,7 @@ def start_appliance(
 
 
 def stop_appliance(served: Served, timeout: float = 120.0) -> None:
-    if served.proc.poll() is None:
-        served.proc.terminate()
-        try:
-            served.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            served.proc.kill()
-            served.proc.wait()
+    stop_process(served.proc, timeout)
 
 
 @contextmanager

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -147,3 +149,19 @@ def run_cli(
         root.setLevel(level)
     captured = capture.readouterr()
     return Ran(code, captured.out, captured.err)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout`: of its whole group when it leads one (a session of its own)."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            if os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        proc.wait()
