@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -75,6 +77,25 @@ async def test_a_crash_after_ready_restarts_until_the_crash_loop_limit(superviso
     assert snap.restarts == 2
     assert snap.last_error is not None and "crash loop: 3 crashes" in snap.last_error
     assert [e.state for e in snap.events].count(S.READY) == 3
+    sup.request("stop")
+    await run
+
+
+async def test_a_kill_9_of_the_server_is_a_crash_though_its_child_holds_the_output_open(supervisor: Factory) -> None:
+    """vLLM's EngineCore and worker outlive a kill -9 of the API server for a while, holding its stdout:
+    the exit is seen at once (not after hang_timeout_s), the orphans are killed and the engine restarts."""
+    sup = supervisor("--child", hang_timeout_s=600.0)
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.READY)
+    pgid = sup.snapshot().pid
+    assert pgid is not None
+    os.kill(pgid, signal.SIGKILL)
+    await wait_for(sup, S.RESTARTING, S.STARTING, S.LOADING, S.WARMING, timeout=30)
+    assert group_gone(pgid)
+    await wait_for(sup, S.READY)
+    snap = sup.snapshot()
+    assert snap.restarts == 1 and snap.pid != pgid
+    assert any("exited with code -9" in e.reason for e in snap.events)
     sup.request("stop")
     await run
 

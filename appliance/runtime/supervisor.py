@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -168,14 +168,14 @@ class EngineSupervisor:
         self._pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
         exited = asyncio.create_task(proc.wait())
-        outcome = await self._watch(exited)
+        outcome = await self._watch(proc, exited)
         if outcome in ("drain", "restart", "stop"):
             was_ready = self._state is _S.READY
             self._change(_S.DRAINING, f"{outcome} requested")
             if was_ready:  # readiness is 503 from now: let balancers notice before the engine stops accepting
                 await asyncio.wait({exited}, timeout=self.plan.supervisor.deregister_s)
             await self._stop(proc, graceful=True)
-        elif outcome != "exited":
+        else:  # exited too: whatever is left of its group is orphaned
             await self._stop(proc, graceful=False)
         await pump
         ready_for = None if self._ready_since is None else self._clock() - self._ready_since
@@ -267,8 +267,16 @@ class EngineSupervisor:
         command, self._pending = self._pending.result(), None
         return command
 
-    async def _watch(self, exited: asyncio.Task[int]) -> str:
+    async def _watch(self, proc: asyncio.subprocess.Process, exited: asyncio.Task[int]) -> str:
         """Wait for exit, a command, a hang or the readiness budget; probe health meanwhile."""
+        faulted = asyncio.ensure_future(self._faulted.wait())
+        try:
+            return await self._watch_until(proc, exited, faulted)
+        finally:
+            faulted.cancel()
+
+    async def _watch_until(self, proc: asyncio.subprocess.Process, exited: asyncio.Task[int],
+                           faulted: asyncio.Future[Any]) -> str:  # fmt: skip
         sup = self.plan.supervisor
         deadline = self._clock() + self.plan.ready_timeout_s
         last_ok = self._clock()
@@ -276,12 +284,11 @@ class EngineSupervisor:
             interval = sup.health_interval_s if self._state is _S.READY else 1.0
             if self._pending is None:
                 self._pending = asyncio.create_task(self._commands.get())
-            faulted = asyncio.ensure_future(self._faulted.wait())
-            done, _ = await asyncio.wait(
-                {exited, self._pending, faulted}, timeout=interval, return_when="FIRST_COMPLETED"
-            )
-            faulted.cancel()
-            if exited in done:
+            waits: set[asyncio.Future[Any]] = {exited, self._pending, faulted}
+            done, _ = await asyncio.wait(waits, timeout=interval, return_when="FIRST_COMPLETED")
+            # proc.wait() also waits for the engine's output pipe, which its orphaned children hold
+            # open after a kill -9 of the server: its return code is the exit itself.
+            if exited in done or proc.returncode is not None:
                 return "exited"
             if faulted in done:
                 return "device-fault"
