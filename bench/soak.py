@@ -114,7 +114,7 @@ def main() -> None:
           f"max RSS {max(s[1] for s in samples) / 1024:.1f} MiB")  # fmt: skip
     print(f"console polls {seen.polls}, status calls {seen.statuses} ok")
     print(f"load: {report.sent} sent, {report.completed} completed, {report.failed} failed, "
-          f"{report.request_throughput:.2f} req/s")  # fmt: skip
+          f"{report.request_throughput:.2f} req/s; errors {dict(report.errors)}")  # fmt: skip
     if seen.restart is not None:
         began, ready = seen.restart
         inside = [t for t in report.traces if began <= report.run.started_at + t.sent_s <= ready]
