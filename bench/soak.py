@@ -89,10 +89,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--no-restart", action="store_true", help="no engine restart halfway")
+    parser.add_argument("--model", default="smollm2", help="the model group option to serve (default smollm2)")
     args = parser.parse_args()
     restart_at = None if args.no_restart else args.duration / 2
     with tempfile.TemporaryDirectory() as tmp:
-        served = start_appliance(Path(tmp), model="smollm2")
+        served = start_appliance(Path(tmp), model=args.model)
         try:
             pid = served.proc.pid
             target = Target("soak", served.control_url, served.token)
