@@ -28,6 +28,10 @@ from .helpers import free_port
 from .test_check_host import given
 
 OPENAPI = Path(__file__).with_name("data") / "vllm-cpu-openapi.json"
+# The shipped workloads are sized for the embedded CPU default; these predict a TT host's load.
+TT_PACE = ("workload.rate_per_s=2",)
+TT_LONG_PROMPTS = ("workload.rate_per_s=0.5", "workload.prompt_tokens.mean=1200", "workload.prompt_tokens.min=800",
+                   "workload.prompt_tokens.max=1600")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +156,7 @@ def test_the_scheduler_check_is_quiet_for_chat_on_the_cpu_engine() -> None:
 
 
 def test_the_scheduler_check_predicts_tt_drains_and_host_sampling_for_a_mixed_workload() -> None:
-    validated = given(None, "+model=llama", "mesh=t3k", "workload=mixed", "features.async_decode=true",
+    validated = given(None, "+model=llama", "mesh=t3k", "workload=mixed", *TT_PACE, "features.async_decode=true",
                       "features.sample_on_device=all").validated  # fmt: skip
     result = scheduler_check(validated)
     effects = result.evidence["effects"]
@@ -169,9 +173,10 @@ def test_async_decode_without_device_sampling_is_predicted_to_overlap_nothing() 
 
 def test_long_prompts_on_a_phased_scheduler_warn_and_overlong_requests_are_named() -> None:
     long = scheduler_check(given(None, "mesh=cpu", "engine=cpu", "engine.scheduler=phased",
-                                 "workload=long-prompt").validated)  # fmt: skip
+                                 "workload=long-prompt", *TT_LONG_PROMPTS).validated)  # fmt: skip
     assert long.status == "warn" and long.evidence["effects"][-1].startswith("long prompts (mean 1200, max 1600")
-    short = scheduler_check(given(None, "mesh=cpu", "serving.max_context=1024", "workload=long-prompt").validated)
+    short = scheduler_check(given(None, "mesh=cpu", "serving.max_context=1024", "workload=long-prompt",
+                                  *TT_LONG_PROMPTS).validated)  # fmt: skip
     assert short.evidence["effects"] == [
         "requests up to 1664 tokens exceed serving.max_context=1024: vLLM rejects them (HTTP 400)"
     ]

@@ -86,8 +86,8 @@ def test_unusable_values_are_refused_with_their_keys_when_the_config_is_parsed()
 
 
 def test_a_workload_longer_than_the_servers_context_is_refused() -> None:
-    (problem,) = check_workload(workload("long-prompt"), max_model_len=1024)
-    assert problem.code == "workload-too-long" and "1664" in problem.message
+    (problem,) = check_workload(workload("long-prompt"), max_model_len=512)
+    assert problem.code == "workload-too-long" and "764" in problem.message
 
 
 def test_a_misspelt_workload_key_is_one_config_error() -> None:
