@@ -34,7 +34,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
@@ -113,16 +113,26 @@ class RecordedEngine:
 
 
 class CountedRequests:
-    """An ASGI app that counts the HTTP requests each path receives before passing them on."""
+    """An ASGI app that counts the HTTP requests each path receives, and the statuses it answers."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.paths: Counter[str] = Counter()
+        self.answers: Counter[tuple[str, int]] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            self.paths[scope["path"]] += 1
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        self.paths[path] += 1
+
+        async def answer(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.answers[path, message["status"]] += 1
+            await send(message)
+
+        await self.app(scope, receive, answer)
 
 
 @dataclass
@@ -133,6 +143,8 @@ class Recorded:
     engine: RecordedEngine
     requests: Counter[str]
     """Requests received so far, by path (a test may clear it)."""
+    answers: Counter[tuple[str, int]]
+    """Answers given so far, by path and status."""
 
     @property
     def actions(self) -> list[Command]:
@@ -143,7 +155,9 @@ class Recorded:
 def recorded_sources(engine: RecordedEngine) -> Sources:
     usage = HostUsage(**HOST["usage"])
     facts = HostFacts(boards=(), kmd_version=HOST["devices"]["kmd_version"])  # the capture's host had no boards
-    return Sources(engine=httpx.MockTransport(engine), host=lambda: facts, usage=lambda _: usage, clock=engine.clock)
+    return Sources(
+        engine=httpx.MockTransport(engine), host=lambda: facts, usage=lambda _: usage, clock=engine.clock, share_s=0.0
+    )
 
 
 @dataclass
@@ -175,7 +189,7 @@ def recorded_appliance(
     with recorded_api(token, checks, pages) as api:
         counted = CountedRequests(api.app)
         with serving(counted) as url:
-            yield Recorded(token, url, api.supervisor, api.engine, counted.paths)
+            yield Recorded(token, url, api.supervisor, api.engine, counted.paths, counted.answers)
 
 
 @contextmanager

@@ -2,7 +2,8 @@
 
 Clients send inference to the engine's OpenAI port directly; this API only observes and acts.
 Every route but /livez and /readyz needs the bearer token. JSON routes answer the documents of
-`appliance.control.documents`, which `appliance.control.client` parses.
+`appliance.control.documents`, which `appliance.control.client` parses; GET routes carry an ETag
+and answer 304 to a client that already holds that version (`appliance.control.versions`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from appliance.control.documents import (
 )
 from appliance.control.load import LoadTracker
 from appliance.control.sources import EngineMetrics, Sources, Supervised
+from appliance.control.versions import versioned
 from appliance.host import HostFacts
 from appliance.observe.host_usage import HostUsage, UsageSampler
 from appliance.plan import LaunchPlan
@@ -159,8 +161,9 @@ def create_app(
     metrics = _Metrics(sup)
     engine = EngineMetrics(sup.plan.base_url, sources.engine)
     capabilities = CapabilityView(sup)
-    load = LoadTracker(sup, engine, sources.clock, capabilities)
+    load = LoadTracker(sup, engine, sources.clock, capabilities, sources.share_s)
     usage = sources.usage or UsageSampler().read
+    checks_body = render(checks_document(checks))  # the preflight ran before serve: it never changes
     guarded = _guard(token)
 
     async def livez(_: Request) -> Response:
@@ -171,18 +174,18 @@ def create_app(
         state = sup.snapshot().state
         return PlainTextResponse(state.value, status_code=200 if state is EngineState.READY else 503)
 
-    async def state(_: Request) -> Response:
+    async def state(request: Request) -> Response:
         document = state_document(sup.snapshot(), sup.plan)
-        return _json(replace(document, capabilities=capabilities.document()))
+        return versioned(request, render(replace(document, capabilities=capabilities.document())))
 
-    async def load_now(_: Request) -> Response:
-        return _json(await load.document())
+    async def load_now(request: Request) -> Response:
+        return versioned(request, render(await load.document()))
 
     async def prometheus(_: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def host(_: Request) -> Response:
-        return _json(host_document(sources.host(), usage(sup.snapshot().pid)))
+    async def host(request: Request) -> Response:
+        return versioned(request, render(host_document(sources.host(), usage(sup.snapshot().pid))))
 
     async def engine_metrics(_: Request) -> Response:
         # Relayed so a remote reader needs only the control port, whatever serving.host binds.
@@ -192,10 +195,10 @@ def create_app(
             return JSONResponse({"error": f"engine /metrics unreachable: {error}"}, status_code=502)
         return Response(reply.content, status_code=reply.status_code, media_type=reply.headers.get("content-type"))
 
-    async def preflight(_: Request) -> Response:
+    async def preflight(request: Request) -> Response:
         if not checks:
             return JSONResponse({"error": "no preflight checks were run"}, status_code=404)
-        return _json(checks_document(checks))
+        return versioned(request, checks_body)
 
     async def logs(request: Request) -> Response:
         text = request.query_params.get("tail", "200")
@@ -254,9 +257,9 @@ def create_slots_app(
     async def livez(_: Request) -> Response:
         return PlainTextResponse("ok")
 
-    async def slots(_: Request) -> Response:
+    async def slots(request: Request) -> Response:
         states = {slot: state_document(sup.snapshot(), sup.plan) for slot, sup in sups.items()}
-        return _json(SlotsDocument(name, states))
+        return versioned(request, render(SlotsDocument(name, states)))
 
     async def single(request: Request) -> Response:
         where = ", ".join(f"/slots/{slot}{request.url.path}" for slot in sups)

@@ -3,6 +3,9 @@ blocking for `appliance status`, the benches and the tests.
 
 Both send the same requests and read the answers the same way: a document from
 `appliance.control.documents`, or ApiError with one line naming the appliance and the reason.
+The async client polls conditionally: it keeps the last document of each GET with its ETag and
+sends If-None-Match, so an unchanged document comes back as a bodiless 304 and is handed out
+again, the very object, without parsing (an appliance that sends no ETag is read as before).
 The bearer header is built in `_headers` alone. `transport` is httpx's seam: tests pass
 `httpx.ASGITransport(app=create_app(...))` (async) or `httpx.MockTransport` (either).
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 import httpx
 
@@ -58,6 +61,7 @@ class ControlClient:
         self._transport = transport
         self._timeout = timeout_s
         self._http: httpx.AsyncClient | None = None
+        self._kept: dict[tuple[str, str], tuple[str, object]] = {}
 
     def _session(self) -> httpx.AsyncClient:
         # Created on first use, inside the caller's event loop, and closed by aclose() on that loop.
@@ -75,30 +79,48 @@ class ControlClient:
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
-    async def _send(self, name: str, method: str, path: str, failed: str = _UNREACHABLE) -> httpx.Response:
+    async def _send(
+        self, name: str, method: str, path: str, failed: str = _UNREACHABLE, held: str | None = None
+    ) -> httpx.Response:
         target = self.targets[name]
+        headers = _headers(target) | ({"If-None-Match": held} if held else {})
         try:
-            return await self._session().request(method, f"{target.url}{path}", headers=_headers(target))
+            return await self._session().request(method, f"{target.url}{path}", headers=headers)
         except httpx.HTTPError as err:
             raise ApiError(name, f"{failed}{_reason(err)}") from None
 
+    async def _get(self, name: str, path: str, kind: type[D], *, optional: bool = False) -> D | None:
+        """GET a document, conditionally: the kept one again when the appliance answers 304."""
+        kept = self._kept.get((name, path))
+        reply = await self._send(name, "GET", path, held=None if kept is None else kept[0])
+        if reply.status_code == 304 and kept is not None:
+            return cast(D, kept[1])
+        target = self.targets[name]
+        document = _optional(target, kind, reply) if optional else _read(target, kind, reply)
+        tag = reply.headers.get("etag")
+        if tag and document is not None:
+            self._kept[(name, path)] = tag, document
+        else:
+            self._kept.pop((name, path), None)
+        return document
+
     async def state(self, name: str) -> StateDocument:
-        return _read(self.targets[name], StateDocument, await self._send(name, "GET", "/state"))
+        return cast(StateDocument, await self._get(name, "/state", StateDocument))
 
     async def slots(self, name: str) -> SlotsDocument | None:
         """Each slot's state, or None when the appliance serves one engine, not slots."""
-        return _optional(self.targets[name], SlotsDocument, await self._send(name, "GET", "/slots"))
+        return await self._get(name, "/slots", SlotsDocument, optional=True)
 
     async def load(self, name: str) -> LoadDocument:
         """The engine's load over the appliance's window, with its alerts (the appliance scrapes now)."""
-        return _read(self.targets[name], LoadDocument, await self._send(name, "GET", "/load"))
+        return cast(LoadDocument, await self._get(name, "/load", LoadDocument))
 
     async def host(self, name: str) -> HostDocument | None:
-        return _optional(self.targets[name], HostDocument, await self._send(name, "GET", "/host"))
+        return await self._get(name, "/host", HostDocument, optional=True)
 
     async def checks(self, name: str) -> ChecksDocument | None:
         """The preflight results; None when the appliance ran none."""
-        return _optional(self.targets[name], ChecksDocument, await self._send(name, "GET", "/checks"))
+        return await self._get(name, "/checks", ChecksDocument, optional=True)
 
     async def engine_metrics(self, name: str) -> str:
         """The engine's own /metrics page, relayed."""

@@ -1,15 +1,18 @@
 """GET /load: the engine's load over a window the appliance keeps, brought up to date when asked.
 
-Nothing runs between requests: each one scrapes the engine's /metrics once and adds the sample
+Nothing runs between requests: a request scrapes the engine's /metrics once and adds the sample
 to a 60 s MetricsWindow kept between requests, feeds the scheduler view the engine log lines
 written since the one before, and derives the alerts. An appliance nobody watches spends no CPU
 on this; one a console polls each second gets a sample each second, as the console's own window
-did.
+did. Requests closer than `share_s` to the last scrape share it (the lifecycle alerts are still
+their own): however many consoles poll, the engine is scraped and the window summarised at most
+once per `share_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import httpx
@@ -26,28 +29,37 @@ from appliance.runtime.supervisor import SupervisorSnapshot
 __all__ = ["LoadTracker"]
 
 _LOG_BACKLOG = 500  # lines of the log the first request reads back
+_Scrape = tuple[LoadSummary | None, str | None, str | None]
+"""The window's summary, why there is none, and the page scraped."""
 
 
 class LoadTracker:
     """The window, the scheduler view and the alerts of one supervised engine."""
 
     def __init__(
-        self, sup: Supervised, engine: EngineMetrics, clock: Callable[[], float], capabilities: CapabilityView
+        self,
+        sup: Supervised,
+        engine: EngineMetrics,
+        clock: Callable[[], float],
+        capabilities: CapabilityView,
+        share_s: float = 0.0,
     ) -> None:
         self._sup = sup
         self._capabilities = capabilities
         self._engine = engine
         self._clock = clock
+        self._share_s = share_s
         self._window = MetricsWindow()
         self._scheduler = SchedulerLog()
         self._seen: int | None = None
         self._lock = asyncio.Lock()
+        self._last: tuple[float, _Scrape] | None = None
 
     async def document(self) -> LoadDocument:
-        """Scrape now, and summarise the window (None with the reason when the scrape failed)."""
+        """Scrape now (or share a scrape younger than `share_s`), and summarise the window
+        (None with the reason when the scrape failed)."""
         async with self._lock:  # one scrape at a time keeps the window's samples in time order
-            summary, error, page = await self._scrape()
-            self._read_log()
+            summary, error, page = await self._shared()
         plan, snap = self._sup.plan, self._sup.snapshot()
         slo = plan.resolved.get("workload.slo_ttft_ms")
         differ = self._capabilities.document(page).differences
@@ -63,7 +75,15 @@ class LoadTracker:
             alerts=found,
         )
 
-    async def _scrape(self) -> tuple[LoadSummary | None, str | None, str | None]:
+    async def _shared(self) -> _Scrape:
+        # Real time, not `clock`: that one stamps samples (and a recorded engine's moves per page).
+        now = time.monotonic()
+        if self._last is None or now - self._last[0] >= self._share_s:
+            self._last = now, await self._scrape()
+            self._read_log()
+        return self._last[1]
+
+    async def _scrape(self) -> _Scrape:
         """The window's summary, why there is none, and the page scraped."""
         try:
             reply = await self._engine.fetch()

@@ -52,6 +52,8 @@ class Sources:
     """Host CPU and memory with the engine group's RSS; None: a UsageSampler of this host."""
     clock: Callable[[], float] = time.monotonic
     """Stamps each engine sample (seconds; only differences matter)."""
+    share_s: float = 0.5
+    """GET /load within this long of the last scrape answers from it (0: every request scrapes)."""
 
 
 class EngineMetrics:
