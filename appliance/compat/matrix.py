@@ -12,15 +12,18 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from appliance.config.schema import STATUS_ORDER, Status
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import models_dir
+
+if TYPE_CHECKING:  # imported where an adapter is built: a cached matrix needs none (pydantic.main, ~50 ms)
+    from pydantic import TypeAdapter
 
 __all__ = [
     "MODELS_DIR",
@@ -189,6 +192,8 @@ _CODE = ("appliance.compat.matrix", "appliance.config.schema", "pydantic.version
 @cache
 def _family_adapter() -> TypeAdapter[Family]:
     """Built on first use: a cached matrix is read without it."""
+    from pydantic import TypeAdapter
+
     return TypeAdapter(Family)
 
 

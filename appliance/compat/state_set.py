@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from pydantic import ConfigDict, TypeAdapter
+from pydantic import ConfigDict
 
 from appliance.compat.states import PluginState
 from appliance.data_files import cached, load_data_file
@@ -70,6 +70,8 @@ def load_states(build: Path | None = None) -> PluginStates:
 
 
 def _parse_states(root: Path) -> PluginStates:
+    from pydantic import TypeAdapter  # here: cached states are read without pydantic's schema builder
+
     states, adapter = [], TypeAdapter(PluginState)  # built here: cached states are read without it
     for path in sorted((root / "plugin-states").glob("*.yaml")):
         state = load_data_file(path, adapter, "plugin-state", "plugin state")

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from annotated_types import Ge, MinLen
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.resolve import resolve_config
@@ -29,6 +29,9 @@ from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.host import HostFacts
 from appliance.resources import conf_dir
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "SlotSpec",
@@ -79,11 +82,15 @@ class SlotsFile:
 # Built on first use: every `validate` asks `slots_choice`, and only slots files need the schemas.
 @cache
 def _slots_adapter() -> TypeAdapter[SlotsFile]:
+    from pydantic import TypeAdapter
+
     return TypeAdapter(SlotsFile)
 
 
 @cache
 def _spec_adapter() -> TypeAdapter[SlotSpec]:
+    from pydantic import TypeAdapter
+
     return TypeAdapter(SlotSpec)
 
 
