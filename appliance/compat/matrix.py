@@ -15,15 +15,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, ValidationError
 
 from appliance.config.schema import STATUS_ORDER, Status
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import models_dir
 
-if TYPE_CHECKING:  # imported where an adapter is built: a cached matrix needs none (pydantic.main, ~50 ms)
-    from pydantic import TypeAdapter
+if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
+    from pydantic import ConfigDict, TypeAdapter
 
 __all__ = [
     "MODELS_DIR",
@@ -38,7 +37,7 @@ __all__ = [
 ]
 
 MODELS_DIR = models_dir()
-_FORBID = ConfigDict(extra="forbid")
+_FORBID: ConfigDict = {"extra": "forbid"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +204,8 @@ def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
 
 
 def _parse_families(paths: list[Path]) -> dict[str, Family]:
+    from pydantic import ValidationError
+
     families: dict[str, Family] = {}
     problems: list[Problem] = []
     for path in paths:
