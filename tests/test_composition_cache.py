@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config.choices import group_choices
-from appliance.config.compose import compose_config
+from appliance.config.compose import compose_config, mesh_catalog
 from appliance.config.composition_cache import composition_key
 from appliance.data_files import cache_key
 from appliance.errors import ConfigError
@@ -72,6 +72,12 @@ def test_the_cli_says_the_same_from_a_cold_and_a_warm_cache(entries: Path, cli: 
     warm = cli(*command, *overrides)
     assert (cold.returncode, cold.stdout, cold.stderr) == (warm.returncode, warm.stdout, warm.stderr)
     assert cold.returncode == (2 if command[0] == "validate" else 0)
+
+
+def test_the_mesh_catalog_mesh_auto_matches_boards_against_is_cached(entries: Path) -> None:
+    first = mesh_catalog()
+    assert (entries.parent / "mesh-catalog.pickle").is_file()
+    assert mesh_catalog() == first and first["t3k"].boards == 4 and "auto" not in first
 
 
 def test_a_changed_override_misses(entries: Path) -> None:

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from appliance.config.composition_cache import cached_composition
+from appliance.config.composition_cache import CODE, cached_composition
 from appliance.config.constraints import check_constraints
 from appliance.config.problems import hydra_problem, problem, schema_problem
 from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
 from appliance.config.secrets import find_secrets
-from appliance.data_files import parse_yaml
+from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError
 from appliance.resources import conf_dir
 
@@ -178,11 +178,17 @@ def group_options(group: str, site_dir: Path | None = None) -> tuple[str, ...]:
 
 
 def mesh_catalog() -> dict[str, MeshConfig]:
-    """Every concrete mesh option, keyed by option name (for matching discovered boards)."""
+    """Every concrete mesh option, keyed by option name (for matching discovered boards), cached by content.
+
+    mesh=auto asks for it on every call on a host with boards; the boards are looked at afresh each time.
+    """
+    paths = [CONF_DIR / "mesh" / f"{name}.yaml" for name in group_options("mesh")]
+    return cached("mesh-catalog", paths, CODE, lambda: _mesh_catalog(paths), dict)
+
+
+def _mesh_catalog(paths: Sequence[Path]) -> dict[str, MeshConfig]:
     adapter: TypeAdapter[MeshConfig] = _adapter(MeshConfig)
-    meshes = {
-        name: adapter.validate_python(_load_yaml(CONF_DIR / "mesh" / f"{name}.yaml")) for name in group_options("mesh")
-    }
+    meshes = {path.stem: adapter.validate_python(_load_yaml(path)) for path in paths}
     return {name: mesh for name, mesh in meshes.items() if mesh.arch != "auto"}
 
 
