@@ -6,9 +6,9 @@ parses them.
 
 Every verdict reads the matrix (models/) and the plugin states (build/tt/) and composes conf/; parsing,
 composing and validating cost more than the judging (appliance/config/composition_cache.py keys a
-composition). The key covers every byte of every file, its path, the source of
-each module named as the parsing code and the interpreter, so an edit to any of them misses at once:
-a stale entry cannot be read. An entry is a pickle of the project's own frozen dataclasses, read back
+composition). The key covers every byte of every file, its path, the source of each module named as
+the parsing code, the interpreter and any other fact the caller names, so a change to any of them
+misses at once: a stale entry cannot be read. An entry is a pickle of the project's own frozen dataclasses, read back
 by an unpickler that constructs nothing but dataclasses of those modules. A missing, corrupt or
 unwritable entry is rebuilt (and rewritten where it can be), never an error. The cache lives in
 `$APPLIANCE_CACHE_DIR/data/` (the variable conf/config.yaml's paths.cache_dir reads), else the user
@@ -120,14 +120,19 @@ def cache_key(sources: Sequence[Path], code: Sequence[str], facts: Sequence[str]
             source = _module_file(name)
             if source is None:
                 return None
-            digest.update(f"\0{name}\0".encode() + source.read_bytes())
+            _part(digest, "code", name, source.read_bytes())
         for path in sources:
-            digest.update(f"\0{path}\0".encode() + path.read_bytes())
+            _part(digest, "file", str(path), path.read_bytes())
     except OSError:
         return None
     for fact in facts:
-        digest.update(f"\0fact\0{fact}".encode())
+        _part(digest, "fact", "", fact.encode())
     return digest.hexdigest()
+
+
+def _part(digest: hashlib._Hash, kind: str, name: str, data: bytes) -> None:
+    """One input, its length first: no two different input lists give the same byte stream."""
+    digest.update(f"\0{kind}\0{name}\0{len(data)}\0".encode() + data)
 
 
 def _module_file(name: str) -> Path | None:

@@ -10,7 +10,8 @@ covers every input, so a stale entry cannot be read:
   `oc.env`; an input calling another resolver that reads the world (Hydra's `now`, `hydra:`), or
   `oc.env` with a computed name, is not cached at all;
 - the source of the modules that compose, scan secrets, parse the schema and check constraints, the
-  hydra-core, omegaconf, PyYAML and pydantic versions (their version modules) and the interpreter.
+  hydra-core, omegaconf, PyYAML, pydantic and annotated-types versions (their version modules) and
+  the interpreter.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ T = TypeVar("T")
 CODE = (
     "appliance.config.compose", "appliance.config.composition_cache", "appliance.config.problems",
     "appliance.config.secrets", "appliance.config.schema", "appliance.config.constraints", "appliance.data_files",
-    "appliance.resources", "hydra", "omegaconf.version", "yaml", "pydantic.version",
+    "appliance.resources", "hydra", "omegaconf.version", "yaml", "pydantic.version", "annotated_types",
 )  # fmt: skip
 """The modules whose source a cached composition depends on (a package's `__init__` holds its version)."""
 
