@@ -26,10 +26,9 @@ import pickle
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import yaml
 
 from appliance.errors import ConfigError, Problem
 
@@ -40,15 +39,24 @@ __all__ = ["CACHE_DIR_ENV", "cache_key", "cache_root", "cached", "load_data_file
 
 T = TypeVar("T")
 
-try:
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # PyYAML built without libyaml
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
-
 
 def parse_yaml(text: str) -> Any:
     """`text` read by the safe loader: libyaml's (about 5x faster) when PyYAML has it, else the pure-Python one."""
-    return yaml.load(text, Loader=_Loader)
+    import yaml  # here: a cached verdict reads no YAML (PyYAML's import is about 25 ms)
+
+    return yaml.load(text, Loader=_loader())
+
+
+@cache
+def _loader() -> Any:
+    try:
+        from yaml import CSafeLoader
+
+        return CSafeLoader
+    except ImportError:  # PyYAML built without libyaml
+        from yaml import SafeLoader
+
+        return SafeLoader
 
 
 def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) -> T:
@@ -56,6 +64,7 @@ def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) ->
 
     A schema mismatch gives one problem per wrong key, each keyed `<file>:<dotted.key>`.
     """
+    import yaml
     from pydantic import ValidationError  # local: only a cache miss parses a data file
 
     try:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the stages are imported by the functions that run them: eac
     from appliance.compat.matrix import CompatibilityMatrix
     from appliance.compat.validate import ValidatedConfig
     from appliance.config.schema import ComposedConfig
+    from appliance.host import HostFacts
 
 __all__ = ["Command", "composed_config", "err", "findings", "out", "validated_config"]
 
@@ -42,9 +43,14 @@ def findings(problems: Sequence[Problem], fit: Fit | None = None) -> dict[str, A
 def composed_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ComposedConfig:
     """The command line's overrides composed and resolved against this host (mesh=auto only)."""
     from appliance.compat.resolve import resolve_config
-    from appliance.host import discover_host
 
-    return resolve_config(tuple(args.overrides), matrix, discover_host, site_dir=args.site_dir)
+    return resolve_config(tuple(args.overrides), matrix, _host_facts, site_dir=args.site_dir)
+
+
+def _host_facts() -> HostFacts:
+    from appliance.host import discover_host  # here: only mesh=auto looks at the host (subprocess and all)
+
+    return discover_host()
 
 
 def validated_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ValidatedConfig:

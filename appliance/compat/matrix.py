@@ -14,8 +14,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from appliance.config.schema import STATUS_ORDER, Status
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
@@ -204,6 +202,7 @@ def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
 
 
 def _parse_families(paths: list[Path]) -> dict[str, Family]:
+    import yaml
     from pydantic import ValidationError
 
     families: dict[str, Family] = {}

@@ -21,8 +21,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from appliance.config.composition_cache import CODE, cached_composition
 from appliance.config.constraints import check_constraints
 from appliance.config.problems import hydra_problem, problem, schema_problem
@@ -137,17 +135,9 @@ def composition_inputs(
 
 
 def defaults_choices(normalized: Sequence[str], site_dir: Path | None, host_file: Path | None) -> dict[str, str]:
-    """The option of every config group under `normalized`, from Hydra's defaults list alone (nothing merged).
-
-    Cached like a composition, by the same inputs.
-    """
-    return cached_composition(
-        "choices", normalized, site_dir, host_file, lambda: _defaults_choices(normalized, site_dir, host_file), dict
-    )
-
-
-def _defaults_choices(normalized: Sequence[str], site_dir: Path | None, host_file: Path | None) -> dict[str, str]:
+    """The option of every config group under `normalized`, from Hydra's defaults list alone (nothing merged)."""
     # Hydra is imported here, not at the top: a cached verdict never loads it (about 0.3 s).
+    import yaml
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -219,6 +209,7 @@ def _extra_root(site_dir: Path | None, host_file: Path | None) -> Iterator[Path 
 
 def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[str, Any], dict[str, str]]:
     # Hydra and OmegaConf are imported here, not at the top: a cached composition never loads them.
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf, open_dict

@@ -9,9 +9,9 @@ covers every input, so a stale entry cannot be read:
 - the value (or absence) of every environment variable those files and the overrides read with
   `oc.env`; an input calling another resolver that reads the world (Hydra's `now`, `hydra:`), or
   `oc.env` with a computed name, is not cached at all;
-- the source of the modules that compose, scan secrets, parse the schema and check constraints, the
-  hydra-core, omegaconf, PyYAML, pydantic and annotated-types versions (their version modules) and
-  the interpreter.
+- the source of the modules that find the group choices, compose, scan secrets, parse the schema and
+  check constraints, the hydra-core, omegaconf, PyYAML, pydantic and annotated-types versions (their
+  version modules) and the interpreter.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ __all__ = ["CODE", "cached_composition", "composition_key", "composition_sources
 T = TypeVar("T")
 
 CODE = (
-    "appliance.config.compose", "appliance.config.composition_cache", "appliance.config.problems",
-    "appliance.config.secrets", "appliance.config.schema", "appliance.config.constraints", "appliance.data_files",
-    "appliance.resources", "hydra", "omegaconf.version", "yaml", "pydantic.version", "annotated_types",
+    "appliance.config.compose", "appliance.config.composition_cache", "appliance.config.choices",
+    "appliance.config.problems", "appliance.config.secrets", "appliance.config.schema", "appliance.config.constraints",
+    "appliance.data_files", "appliance.resources",
+    "hydra", "omegaconf.version", "yaml", "pydantic.version", "annotated_types",
 )  # fmt: skip
 """The modules whose source a cached composition depends on (a package's `__init__` holds its version)."""
 

@@ -6,8 +6,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from appliance.config.secrets import redact
 from appliance.errors import Problem
 
@@ -18,6 +16,8 @@ _RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_e
 
 def hydra_problem(err: Exception) -> Problem:
     """Turn Hydra's multi-line exceptions into one line that names the key or file."""
+    import yaml  # here: only a composition that failed needs it
+
     text = redact(" ".join(str(err).split()).split(" Config search path:")[0])
     key = getattr(err, "full_key", "") or ""
     missing = re.search(r"Could not (?:find|load) '(?:\w+/)?(?P<group>\w+)/", text)

@@ -17,7 +17,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from annotated_types import Ge, MinLen
 
 from appliance.compat.matrix import CompatibilityMatrix
@@ -26,11 +25,12 @@ from appliance.config.compose import COMMAND_LINE
 from appliance.config.schema import ComposedConfig
 from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts
 from appliance.resources import conf_dir
 
 if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
     from pydantic import ConfigDict, TypeAdapter
+
+    from appliance.host import HostFacts
 
 __all__ = [
     "SlotSpec",
@@ -116,6 +116,7 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
         raise ConfigError(
             (Problem("unknown-option", "slots", f"no slots file {name!r}", f"Choose one of: {', '.join(known)}"),)
         )
+    import yaml  # here, as pydantic: every `validate` imports this module for `slots_choice` alone
     from pydantic import ValidationError
 
     try:
@@ -147,6 +148,7 @@ def split_overrides(
 ) -> tuple[SlotsFile, tuple[str, ...], Mapping[str, tuple[str, ...]]]:
     """The slots file with `slots.<name>.devices|cores=` applied, the overrides for every slot, and
     per slot its `slots.<name>.<key>=v` ones with the prefix removed."""
+    import yaml
     from pydantic import ValidationError
 
     common: list[str] = []
