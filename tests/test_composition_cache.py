@@ -177,17 +177,17 @@ def test_a_secret_planted_in_a_cached_site_file_is_refused(entries: Path, tmp_pa
     assert len(kept(entries)) == 1
 
 
-def test_a_warm_verdict_imports_neither_hydra_nor_pydantic(tmp_path: Path) -> None:
+def test_a_warm_verdict_imports_neither_hydra_nor_pydantic_nor_yaml(tmp_path: Path) -> None:
     """In a fresh interpreter, as an operator's second `appliance validate` (site choices from Hydra's list)."""
     site_dir = rack(tmp_path, 8192)
     probe = (
         "import sys\nfrom appliance.cli.main import main\n"
         f"code = main(['validate', 'site=rack', '+model=llama', '--site-dir', {str(site_dir)!r}])\n"
-        "print(code, sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'omegaconf', 'pydantic'}))\n"
+        "print(code, sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'omegaconf', 'pydantic', 'yaml'}))\n"
     )
     env = os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}
     runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False)
             for _ in range(2)]  # fmt: skip
-    assert runs[0].stdout.splitlines()[-1] == "0 ['hydra', 'omegaconf', 'pydantic']"
+    assert runs[0].stdout.splitlines()[-1] == "0 ['hydra', 'omegaconf', 'pydantic', 'yaml']"
     assert runs[1].stdout.splitlines()[-1] == "0 []"
     assert runs[0].stderr == runs[1].stderr
