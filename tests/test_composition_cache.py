@@ -130,11 +130,16 @@ def test_the_key_changes_with_the_source_of_the_code(tmp_path: Path, monkeypatch
     assert cache_key([], ["composing_code_stand_in"]) not in (None, before)
 
 
-def test_a_computed_environment_name_or_a_clock_is_never_cached(entries: Path, tmp_path: Path) -> None:
+def test_a_computed_environment_name_a_clock_or_a_search_path_is_never_cached(entries: Path, tmp_path: Path) -> None:
     host = tmp_path / "host.yaml"
     host.write_text("# @package _global_\nsite:\n  description: ${oc.env:${site.name}_NOTE,none}\n")
     assert compose_config(["mesh=cpu"], host_file=host).config.site.description == "none"
     assert compose_config(["mesh=cpu", "site.description=${now:%Y}"]).config.site.description.isdigit()
+    extra = tmp_path / "extra" / "site"
+    extra.mkdir(parents=True)
+    (extra / "far.yaml").write_text("# @package _global_\nsite:\n  name: far\n")
+    search = f"hydra.searchpath=[file://{extra.parent}]"
+    assert compose_config(["mesh=cpu", "site=far", search]).config.site.name == "far"
     assert not kept(entries)
 
 
