@@ -143,6 +143,21 @@ def test_a_computed_environment_name_a_clock_or_a_search_path_is_never_cached(en
     assert not kept(entries)
 
 
+def test_nothing_is_cached_where_a_hydra_plugin_package_is_installed(
+    entries: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty `hydra_plugins` namespace stands for an installed plugin (one may add search paths)."""
+    (tmp_path / "plugins" / "hydra_plugins").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    imported = "hydra_plugins" in sys.modules
+    try:
+        assert compose_config(["mesh=cpu"]) == compose_config(["mesh=cpu"])
+    finally:
+        if not imported:  # Hydra's plugin scan imports the namespace: later tests must not find it
+            sys.modules.pop("hydra_plugins", None)
+    assert not kept(entries)
+
+
 def test_a_corrupt_entry_gives_the_right_config_and_is_rewritten(entries: Path) -> None:
     expected = compose_config(VERDICT[:2])
     (entry,) = kept(entries)

@@ -9,7 +9,8 @@ covers every input, so a stale entry cannot be read:
 - the value (or absence) of every environment variable those files and the overrides read with
   `oc.env`; an input calling another resolver that reads the world (Hydra's `now`, `hydra:`), or
   `oc.env` with a computed name, or setting Hydra's search path (files outside the key), is not
-  cached at all;
+  cached at all, nor is anything where a Hydra plugin package (`hydra_plugins`, which may add search
+  paths) is installed;
 - the source of the modules that find the group choices, compose, scan secrets, parse the schema and
   check constraints, the hydra-core, omegaconf, PyYAML, pydantic and annotated-types versions (their
   version modules) and the interpreter.
@@ -17,6 +18,7 @@ covers every input, so a stale entry cannot be read:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -80,8 +82,8 @@ def _inputs(
     if sources is None:
         return None
     names = conf_environment(texts)
-    if names is None or any("searchpath" in t for t in texts):
-        return None  # a search path names files outside the key
+    if names is None or any("searchpath" in t for t in texts) or importlib.util.find_spec("hydra_plugins"):
+        return None  # a search path, or a plugin that adds one, reaches files outside the key
     facts = [repr(("override", o)) for o in normalized]
     facts += [repr(("env", n, os.environ.get(n))) for n in names]
     facts += [repr((what, str(p.resolve()) if p else None)) for what, p in (("site", site_dir), ("host", host_file))]
