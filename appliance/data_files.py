@@ -4,10 +4,11 @@ Also the one YAML parser the project itself uses (libyaml's safe loader where Py
 it), and `cached`: parsed data kept on disk, keyed by the files' bytes and the source of the code that
 parses them.
 
-Every verdict reads the matrix (models/) and the plugin states (build/tt/); parsing and validating
-them cost more than the judging. The key covers every byte of every file, its path, the source of
-each module named as the parsing code and the interpreter, so an edit to any of them misses at once:
-a stale entry cannot be read. An entry is a pickle of the project's own frozen dataclasses, read back
+Every verdict reads the matrix (models/) and the plugin states (build/tt/) and composes conf/; parsing,
+composing and validating cost more than the judging (appliance/config/composition_cache.py keys a
+composition). The key covers every byte of every file, its path, the source of each module named as
+the parsing code, the interpreter and any other fact the caller names, so a change to any of them
+misses at once: a stale entry cannot be read. An entry is a pickle of the project's own frozen dataclasses, read back
 by an unpickler that constructs nothing but dataclasses of those modules. A missing, corrupt or
 unwritable entry is rebuilt (and rewritten where it can be), never an error. The cache lives in
 `$APPLIANCE_CACHE_DIR/data/` (the variable conf/config.yaml's paths.cache_dir reads), else the user
@@ -18,33 +19,44 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import logging
 import os
 import pickle
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
-from pydantic import TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["CACHE_DIR_ENV", "cache_root", "cached", "load_data_file", "parse_yaml"]
+if TYPE_CHECKING:  # pydantic is imported on a cache miss only: a warm verdict does not pay for it
+    from pydantic import TypeAdapter
+
+__all__ = ["CACHE_DIR_ENV", "cache_key", "cache_root", "cached", "load_data_file", "parse_yaml"]
 
 T = TypeVar("T")
-
-try:
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # PyYAML built without libyaml
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 
 def parse_yaml(text: str) -> Any:
     """`text` read by the safe loader: libyaml's (about 5x faster) when PyYAML has it, else the pure-Python one."""
-    return yaml.load(text, Loader=_Loader)
+    import yaml  # here: a cached verdict reads no YAML (PyYAML's import is about 25 ms)
+
+    return yaml.load(text, Loader=_loader())
+
+
+@cache
+def _loader() -> Any:
+    try:
+        from yaml import CSafeLoader
+
+        return CSafeLoader
+    except ImportError:  # PyYAML built without libyaml
+        from yaml import SafeLoader
+
+        return SafeLoader
 
 
 def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) -> T:
@@ -52,6 +64,9 @@ def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) ->
 
     A schema mismatch gives one problem per wrong key, each keyed `<file>:<dotted.key>`.
     """
+    import yaml
+    from pydantic import ValidationError  # local: only a cache miss parses a data file
+
     try:
         return adapter.validate_python(parse_yaml(path.read_text()))
     except FileNotFoundError:
@@ -78,15 +93,26 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("tt-appliance"))
 
 
-def cached(kind: str, sources: Sequence[Path], code: Sequence[str], build: Callable[[], T], expected: type[T]) -> T:
+def cached(
+    kind: str,
+    sources: Sequence[Path],
+    code: Sequence[str],
+    build: Callable[[], T],
+    expected: type[T],
+    *,
+    facts: Sequence[str] = (),
+    per_key: bool = False,
+) -> T:
     """`build()`'s result for `sources` as parsed by the modules `code` names: from the cache when its key matches.
 
+    `facts` are the other inputs `build` depends on (overrides, environment values), keyed as given. One
+    entry per kind is kept, unless `per_key`: then one per key (a composition per override set).
     A result is stored only when `build` returns; its errors (a malformed file) are raised every time.
     """
-    key = _key(sources, code)
+    key = cache_key(sources, code, facts)
     if key is None:
         return build()
-    path = cache_root() / "data" / f"{kind}.pickle"
+    path = cache_root() / "data" / (f"{kind}/{key[:32]}.pickle" if per_key else f"{kind}.pickle")
     hit = _read(path, key, code, expected)
     if hit is not None:
         return hit
@@ -95,31 +121,54 @@ def cached(kind: str, sources: Sequence[Path], code: Sequence[str], build: Calla
     return value
 
 
-def _key(sources: Sequence[Path], code: Sequence[str]) -> str | None:
+def cache_key(sources: Sequence[Path], code: Sequence[str], facts: Sequence[str] = ()) -> str | None:
     """The digest of everything the result depends on; None when a file is unreadable (`build` says why)."""
     digest = hashlib.sha256(sys.version.encode())
     try:
         for name in code:
-            source = getattr(sys.modules[name], "__file__", None)
+            source = _module_file(name)
             if source is None:
                 return None
-            digest.update(f"\0{name}\0".encode() + Path(source).read_bytes())
+            _part(digest, "code", name, source.read_bytes())
         for path in sources:
-            digest.update(f"\0{path}\0".encode() + path.read_bytes())
-    except (KeyError, OSError):
+            _part(digest, "file", str(path), path.read_bytes())
+    except OSError:
         return None
+    for fact in facts:
+        _part(digest, "fact", "", fact.encode())
     return digest.hexdigest()
 
 
+def _part(digest: hashlib._Hash, kind: str, name: str, data: bytes) -> None:
+    """One input, its length first: no two different input lists give the same byte stream."""
+    digest.update(f"\0{kind}\0{name}\0{len(data)}\0".encode() + data)
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of module `name`, found without importing it (nor its package) when not yet imported."""
+    if name in sys.modules:
+        found = getattr(sys.modules[name], "__file__", None)
+        return Path(found) if found else None
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin)
+    for part in rest:
+        folder = path.parent / part
+        path = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+    return path
+
+
 class _Unpickler(pickle.Unpickler):
-    """Constructs only dataclasses defined in the allowed modules: a foreign pickle cannot run code."""
+    """Constructs only dataclasses of the allowed modules already imported: a foreign pickle cannot run code."""
 
     def __init__(self, file: Any, allowed: Sequence[str]) -> None:
         super().__init__(file)
         self.allowed = frozenset(allowed)
 
     def find_class(self, module: str, name: str) -> Any:
-        found = super().find_class(module, name) if module in self.allowed else None
+        found = super().find_class(module, name) if module in self.allowed and module in sys.modules else None
         if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
             raise pickle.UnpicklingError(f"{module}.{name} is not a dataclass of {sorted(self.allowed)}")
         return found

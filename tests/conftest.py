@@ -18,10 +18,8 @@ import pytest
 from hypothesis import settings
 
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
-from appliance.config import compose
 
 from .appliance_process import API_KEY, KEY_ENV, ROOT, Served, revive, running_appliance
-from .compose_memo import memoized
 from .helpers import PROFILE, Cli, run_cli
 from .sigterm_scenario import SigtermRun, sigterm_under_load
 
@@ -70,14 +68,6 @@ def cpu_engine() -> Path:
 def ttnn_engine() -> Path:
     """The ttnn probe's interpreter (`.engines/ttnn`, Python 3.12)."""
     return ROOT / ".engines" / "ttnn" / "bin" / "python"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_composition_per_input() -> Iterator[None]:
-    """Hydra composes each distinct override set once per session (tests/compose_memo.py)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(compose, "_compose", memoized(compose._compose))
-        yield
 
 
 @pytest.fixture(scope="session")

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from appliance.compat.fit import Fit
-from appliance.compat.matrix import CompatibilityMatrix
-from appliance.compat.resolve import resolve_config
-from appliance.compat.validate import ValidatedConfig, validate
-from appliance.config.schema import ComposedConfig
 from appliance.errors import Problem
-from appliance.host import discover_host
+
+if TYPE_CHECKING:  # the stages are imported by the functions that run them: each command pays for its own
+    from appliance.compat.fit import Fit
+    from appliance.compat.matrix import CompatibilityMatrix
+    from appliance.compat.validate import ValidatedConfig
+    from appliance.config.schema import ComposedConfig
+    from appliance.host import HostFacts
 
 __all__ = ["Command", "composed_config", "err", "findings", "out", "validated_config"]
 
@@ -41,9 +42,19 @@ def findings(problems: Sequence[Problem], fit: Fit | None = None) -> dict[str, A
 
 def composed_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ComposedConfig:
     """The command line's overrides composed and resolved against this host (mesh=auto only)."""
-    return resolve_config(tuple(args.overrides), matrix, discover_host, site_dir=args.site_dir)
+    from appliance.compat.resolve import resolve_config
+
+    return resolve_config(tuple(args.overrides), matrix, _host_facts, site_dir=args.site_dir)
+
+
+def _host_facts() -> HostFacts:
+    from appliance.host import discover_host  # here: only mesh=auto looks at the host (subprocess and all)
+
+    return discover_host()
 
 
 def validated_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ValidatedConfig:
     """Composed, then validated under the pinned plugin state or the one `--against vllm=X` names."""
+    from appliance.compat.validate import validate
+
     return validate(composed_config(args, matrix), matrix, against=getattr(args, "against", None))

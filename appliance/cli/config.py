@@ -6,13 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-from rich.table import Table
-
 from appliance.cli.common import Command, composed_config, err, findings, out, validated_config
-from appliance.compat.fit import fit_of, fit_row
+from appliance.compat.fit import fit_of
 from appliance.compat.matrix import load_matrix
-from appliance.compat.state_set import load_states
 from appliance.compat.validate import validate
 from appliance.config.compose import GROUPS, group_options
 from appliance.errors import ConfigError
@@ -85,6 +81,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     """Rows with their fit at the row's own limits, under the pinned plugin state or --against's."""
+    from rich.table import Table  # here: a verdict prints no table
+
+    from appliance.compat.fit import fit_row
+    from appliance.compat.state_set import load_states
+
     matrix, state = load_matrix(), load_states().select(args.against)
     rows = [
         (f, c, d, fit_row(None if d.mesh == "cpu" else state, f.architectures[c.architecture], d))
@@ -109,6 +110,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _row(row: Any) -> dict[str, Any]:
+    from pydantic_core import to_jsonable_python
+
     data: dict[str, Any] = to_jsonable_python(row, fallback=dict)
     return data
 

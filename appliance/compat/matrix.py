@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
-
-import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, Literal
 
 from appliance.config.schema import STATUS_ORDER, Status
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import models_dir
+
+if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
+    from pydantic import ConfigDict, TypeAdapter
 
 __all__ = [
     "MODELS_DIR",
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 MODELS_DIR = models_dir()
-_FORBID = ConfigDict(extra="forbid")
+_FORBID: ConfigDict = {"extra": "forbid"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +189,8 @@ _CODE = ("appliance.compat.matrix", "appliance.config.schema", "pydantic.version
 @cache
 def _family_adapter() -> TypeAdapter[Family]:
     """Built on first use: a cached matrix is read without it."""
+    from pydantic import TypeAdapter
+
     return TypeAdapter(Family)
 
 
@@ -200,6 +202,9 @@ def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
 
 
 def _parse_families(paths: list[Path]) -> dict[str, Family]:
+    import yaml
+    from pydantic import ValidationError
+
     families: dict[str, Family] = {}
     problems: list[Problem] = []
     for path in paths:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.config.choices import group_choices, mesh_arch
 from appliance.config.compose import compose_config, group_selections, mesh_catalog
 from appliance.config.schema import ComposedConfig
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts
+
+if TYPE_CHECKING:  # only mesh=auto looks at the host, through the callable it is given
+    from appliance.host import HostFacts
 
 __all__ = ["mesh_for_host", "resolve_config"]
 

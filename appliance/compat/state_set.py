@@ -6,15 +6,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-
-from pydantic import ConfigDict, TypeAdapter
+from typing import TYPE_CHECKING
 
 from appliance.compat.states import PluginState
 from appliance.data_files import cached, load_data_file
 from appliance.errors import ConfigError, Problem
 from appliance.resources import build_dir
 
+if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
+    from pydantic import ConfigDict
+
 __all__ = ["PluginStates", "load_states"]
+
+_IGNORE: ConfigDict = {"extra": "ignore"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +55,7 @@ class PluginStates:
 class _Pinned:
     """The one field of build/tt/pins.yaml that selects the pinned state (engines/pins.py owns the rest)."""
 
-    __pydantic_config__ = ConfigDict(extra="ignore")
+    __pydantic_config__ = _IGNORE
 
     vllm: Mapping[str, str]
 
@@ -70,6 +74,8 @@ def load_states(build: Path | None = None) -> PluginStates:
 
 
 def _parse_states(root: Path) -> PluginStates:
+    from pydantic import TypeAdapter  # here: cached states are read without pydantic's schema builder
+
     states, adapter = [], TypeAdapter(PluginState)  # built here: cached states are read without it
     for path in sorted((root / "plugin-states").glob("*.yaml")):
         state = load_data_file(path, adapter, "plugin-state", "plugin state")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import ConfigDict
+if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
+    from pydantic import ConfigDict
 
 __all__ = [
     "Adjustment",
@@ -26,7 +27,7 @@ __all__ = [
     "TtKey",
 ]
 
-_FORBID = ConfigDict(extra="forbid")
+_FORBID: ConfigDict = {"extra": "forbid"}
 Status = Literal["verified", "unverified"]
 Checked = Literal["config", "worker", "never"]
 """Where the plugin checks a key: at config time (before boot), only in the worker, or never."""

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from appliance.config.compose import CONF_DIR, GROUPS, composition_inputs, defaults_choices
-from appliance.data_files import parse_yaml
+from appliance.config.composition_cache import CODE, cached_composition
+from appliance.data_files import cached, parse_yaml
 
 __all__ = ["group_choices", "mesh_arch"]
 
@@ -28,15 +27,29 @@ _PLAIN_DEFAULT = re.compile(r"^(?:optional )?(?P<group>[a-z_]+)$")
 def group_choices(
     selections: Sequence[str], *, site_dir: Path | None = None, host_file: Path | None = None
 ) -> dict[str, str]:
-    """Group -> option under the group `selections` (`mesh=t3k`, `+model=llama`), as Hydra would choose."""
+    """Group -> option under the group `selections` (`mesh=t3k`, `+model=llama`), as Hydra would choose.
+
+    Cached like a composition, by the same inputs: a warm call reads no file and never imports Hydra.
+    """
     normalized, site_dir, host_file = composition_inputs(selections, site_dir, host_file)
+    return cached_composition(
+        "choices", normalized, site_dir, host_file, lambda: _choices(normalized, site_dir, host_file), dict
+    )
+
+
+def mesh_arch(option: str) -> str:
+    """The `arch` a mesh option's own file declares (what engine=auto follows), cached by the file's bytes."""
+    path = CONF_DIR / "mesh" / f"{option}.yaml"
+    return cached("mesh-arch", [path], CODE, lambda: _arch(path), str, per_key=True)
+
+
+def _choices(normalized: Sequence[str], site_dir: Path | None, host_file: Path | None) -> dict[str, str]:
     plain = _plain_choices(normalized, site_dir, host_file)
     return plain if plain is not None else defaults_choices(normalized, site_dir, host_file)
 
 
-def mesh_arch(option: str) -> str:
-    """The `arch` a mesh option's own file declares (what engine=auto follows)."""
-    data = _read(CONF_DIR / "mesh" / f"{option}.yaml")
+def _arch(path: Path) -> str:
+    data = _read(path)
     return str(data.get("arch")) if data else ""
 
 
@@ -89,6 +102,8 @@ def _candidates(group: str, option: str, site_dir: Path | None, host_file: Path 
 
 def _read(path: Path) -> dict[str, Any] | None:
     """A mapping file's content; None when it is unreadable or not a mapping (Hydra then reports it)."""
+    import yaml  # here: a cached verdict reads no YAML
+
     try:
         data = parse_yaml(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):

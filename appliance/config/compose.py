@@ -2,7 +2,8 @@
 
 This is the only module that touches Hydra or OmegaConf. Everything it returns is plain,
 frozen data, so the later stages never see a DictConfig and mistakes surface here together,
-each with its dotted key.
+each with its dotted key. A composition that passed is cached on disk by every input that decides
+it (config/composition_cache.py): a warm call imports neither Hydra nor the config schema's adapter.
 """
 
 from __future__ import annotations
@@ -14,25 +15,23 @@ import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
-from hydra.types import RunMode
-from omegaconf import OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
-from pydantic import TypeAdapter, ValidationError
-
+from appliance.config.composition_cache import CODE, cached_composition
 from appliance.config.constraints import check_constraints
+from appliance.config.problems import hydra_problem, problem, schema_problem
 from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
-from appliance.config.secrets import find_secrets, redact
-from appliance.data_files import parse_yaml
-from appliance.errors import ConfigError, Problem
+from appliance.config.secrets import find_secrets
+from appliance.data_files import cached, parse_yaml
+from appliance.errors import ConfigError
 from appliance.resources import conf_dir
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "CONF_DIR",
@@ -48,13 +47,21 @@ __all__ = [
 CONF_DIR = conf_dir()
 GROUPS = ("model", "mesh", "precision", "engine", "workload", "site")
 COMMAND_LINE = "command line"
-_ADAPTER: TypeAdapter[ApplianceConfig] = TypeAdapter(ApplianceConfig)
 _GROUP_ALIAS = re.compile(rf"^\+(?P<group>{'|'.join(GROUPS)})=")
 _GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
-_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 _OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
 _OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env|engine\.secret_env)\.[^=]+=)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Composition:
+    """What the cache keeps of a ComposedConfig: plain dicts (a mapping proxy does not pickle), no overrides."""
+
+    config: ApplianceConfig
+    choices: dict[str, str]
+    provenance: dict[str, str]
+    config_hash: str
 
 
 def compose_config(
@@ -65,25 +72,43 @@ def compose_config(
 ) -> ComposedConfig:
     """Compose conf/ with `overrides` and parse it; raise ConfigError listing every problem."""
     normalized, site_dir, host_file = composition_inputs(overrides, site_dir, host_file)
+    kept = cached_composition(
+        "compose", normalized, site_dir, host_file, lambda: _composition(normalized, site_dir, host_file), _Composition
+    )
+    return ComposedConfig(
+        config=kept.config,
+        choices=MappingProxyType(dict(kept.choices)),
+        provenance=MappingProxyType(dict(kept.provenance)),
+        overrides=tuple(overrides),
+        config_hash=kept.config_hash,
+    )
+
+
+def _composition(normalized: tuple[str, ...], site_dir: Path | None, host_file: Path | None) -> _Composition:
+    """Compose with Hydra, scan for secrets, parse into the schema and check the constraints."""
+    from pydantic import ValidationError  # local: a cached composition never parses
+
     with _extra_root(site_dir, host_file) as extra_root:
         raw, choices = _compose(normalized, extra_root)
         provenance = _provenance(choices, normalized, extra_root)
     if secrets := find_secrets(raw, provenance):
         raise ConfigError(tuple(secrets))  # before parsing: a type error would echo the value
     try:
-        config = _ADAPTER.validate_python(raw)
+        config = _adapter(ApplianceConfig).validate_python(raw)
     except ValidationError as err:
-        raise ConfigError(tuple(_schema_problem(e, choices) for e in err.errors())) from None
+        raise ConfigError(tuple(schema_problem(e, choices) for e in err.errors())) from None
     if problems := check_constraints(config):
         raise ConfigError(tuple(problems))
     digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
-    return ComposedConfig(
-        config=config,
-        choices=MappingProxyType(dict(choices)),
-        provenance=MappingProxyType(provenance),
-        overrides=tuple(overrides),
-        config_hash=digest[:12],
-    )
+    return _Composition(config=config, choices=dict(choices), provenance=provenance, config_hash=digest[:12])
+
+
+@cache
+def _adapter(shape: type[Any]) -> TypeAdapter[Any]:
+    """Built on first use (about 0.15 s for the whole config): a cached composition never needs it."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(shape)
 
 
 def composition_inputs(
@@ -94,13 +119,13 @@ def composition_inputs(
     host_file = host_file or _env_path("APPLIANCE_HOST_FILE")
     if site_dir is not None and not site_dir.is_dir():
         fix = "Create it or point APPLIANCE_SITE_DIR/--site-dir at the fleet's site files"
-        raise ConfigError((_problem("site-dir-missing", "--site-dir", f"{site_dir} is not a directory", fix),))
+        raise ConfigError((problem("site-dir-missing", "--site-dir", f"{site_dir} is not a directory", fix),))
     if host_file is not None and not host_file.is_file():
-        raise ConfigError((_problem("host-file-missing", "APPLIANCE_HOST_FILE", f"{host_file} does not exist",
+        raise ConfigError((problem("host-file-missing", "APPLIANCE_HOST_FILE", f"{host_file} does not exist",
                                     "Unset APPLIANCE_HOST_FILE or create the file"),))  # fmt: skip
     normalized = tuple(_OPEN_MAP.sub(r"++\g<key>", _GROUP_ALIAS.sub(r"\g<group>=", o)) for o in overrides)
     bad_choices = [
-        _problem("bad-override", m["group"], f"{o!r}: a group takes one option name", f"Use {m['group']}=<option>")
+        problem("bad-override", m["group"], f"{o!r}: a group takes one option name", f"Use {m['group']}=<option>")
         for o in normalized
         if (m := _GROUP_CHOICE.match(o)) and not _OPTION_NAME.fullmatch(m["value"])
     ]
@@ -111,6 +136,14 @@ def composition_inputs(
 
 def defaults_choices(normalized: Sequence[str], site_dir: Path | None, host_file: Path | None) -> dict[str, str]:
     """The option of every config group under `normalized`, from Hydra's defaults list alone (nothing merged)."""
+    # Hydra is imported here, not at the top: a cached verdict never loads it (about 0.3 s).
+    import yaml
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
     with _extra_root(site_dir, host_file) as extra_root:
         search = [f"hydra.searchpath=[file://{extra_root}]"] if extra_root else []
         try:
@@ -118,7 +151,7 @@ def defaults_choices(normalized: Sequence[str], site_dir: Path | None, host_file
                 loader = GlobalHydra.instance().config_loader()
                 defaults = loader.compute_defaults_list("config", [*search, *normalized], RunMode.RUN)
         except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
-            raise ConfigError((_hydra_problem(err),)) from None
+            raise ConfigError((hydra_problem(err),)) from None
     known = defaults.overrides.known_choices.items()
     return {k: str(v) for k, v in known if v is not None and not k.startswith("hydra/")}
 
@@ -135,11 +168,17 @@ def group_options(group: str, site_dir: Path | None = None) -> tuple[str, ...]:
 
 
 def mesh_catalog() -> dict[str, MeshConfig]:
-    """Every concrete mesh option, keyed by option name (for matching discovered boards)."""
-    adapter: TypeAdapter[MeshConfig] = TypeAdapter(MeshConfig)
-    meshes = {
-        name: adapter.validate_python(_load_yaml(CONF_DIR / "mesh" / f"{name}.yaml")) for name in group_options("mesh")
-    }
+    """Every concrete mesh option, keyed by option name (for matching discovered boards), cached by content.
+
+    mesh=auto asks for it on every call on a host with boards; the boards are looked at afresh each time.
+    """
+    paths = [CONF_DIR / "mesh" / f"{name}.yaml" for name in group_options("mesh")]
+    return cached("mesh-catalog", paths, CODE, lambda: _mesh_catalog(paths), dict)
+
+
+def _mesh_catalog(paths: Sequence[Path]) -> dict[str, MeshConfig]:
+    adapter: TypeAdapter[MeshConfig] = _adapter(MeshConfig)
+    meshes = {path.stem: adapter.validate_python(_load_yaml(path)) for path in paths}
     return {name: mesh for name, mesh in meshes.items() if mesh.arch != "auto"}
 
 
@@ -169,6 +208,13 @@ def _extra_root(site_dir: Path | None, host_file: Path | None) -> Iterator[Path 
 
 
 def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[str, Any], dict[str, str]]:
+    # Hydra and OmegaConf are imported here, not at the top: a cached composition never loads them.
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
     search = [f"hydra.searchpath=[file://{extra_root}]"] if extra_root else []
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -179,68 +225,9 @@ def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
         # Hydra raises a bare ValueError for some malformed group overrides (e.g. `mesh=0`).
-        raise ConfigError((_hydra_problem(err),)) from None
+        raise ConfigError((hydra_problem(err),)) from None
     assert isinstance(raw, dict)  # a composed root is always a mapping
     return {str(k): v for k, v in raw.items()}, choices
-
-
-def _hydra_problem(err: Exception) -> Problem:
-    """Turn Hydra's multi-line exceptions into one line that names the key or file."""
-    text = redact(" ".join(str(err).split()).split(" Config search path:")[0])
-    key = getattr(err, "full_key", "") or ""
-    missing = re.search(r"Could not (?:find|load) '(?:\w+/)?(?P<group>\w+)/", text)
-    if missing:
-        return _problem("unknown-option", missing["group"], text, "Run `appliance options` for the choices")
-    if "Error parsing override" in text or "mismatched input" in text or "no viable alternative" in text:
-        return _problem("bad-override", "overrides", text, "Write overrides as key=value or group=option")
-    if isinstance(err, yaml.YAMLError) or "while parsing" in text or "while scanning" in text:
-        return _problem("yaml-error", key or "config file", text, "Fix the YAML syntax in that file")
-    if "Key" in text and "not in struct" in text or "is not in struct mode" in text:
-        return _problem(
-            "unknown-key",
-            key or "overrides",
-            text,
-            "Check the spelling: `appliance plan --json` lists every key with its value",
-        )
-    return _problem(
-        "bad-config",
-        key or "overrides",
-        text,
-        "Run `appliance options` for the groups and `appliance plan --json` for every key",
-    )
-
-
-def _key_part(part: object) -> str:
-    """One step of a dotted key, quoted when a file's stray text made it a key (a newline, a space)."""
-    text = str(part)
-    return text if text.isprintable() and not any(c.isspace() for c in text) else repr(text)
-
-
-def _schema_problem(error: Any, choices: Mapping[str, str]) -> Problem:
-    key = ".".join(_key_part(p) for p in error["loc"])
-    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        return _problem(
-            "unknown-key",
-            key,
-            f"`{key}` is not a config key",
-            "Check the spelling: `appliance plan --json` lists every key with its value",
-        )
-    if error["type"] == "missing":
-        return _problem("missing-key", key, f"`{key}` has no value", f"Set {key}=<value>")
-    key = key.removesuffix(".[key]")
-    if error["type"] == "string_pattern_mismatch":
-        return _problem("bad-value", key, f"{error.get('input')!r} is not an environment variable name",
-                        f"Set {key} to letters, digits and _ (not starting with a digit)")  # fmt: skip
-    if error["type"] == "string_too_short":
-        return _problem("bad-value", key, "is empty", f"Give {key} a value or leave it out")
-    if error["type"] in _RANGE_ERRORS:
-        bound = error["msg"].removeprefix("Input should be ")
-        return _problem("bad-value", key, f"{error.get('input')!r} is out of range", f"Set {key} {bound}")
-    return _problem("bad-type", key, f"{error['msg']} (got {error.get('input')!r})", f"Set {key} to a valid value")
-
-
-def _problem(code: str, key: str, message: str, fix: str) -> Problem:
-    return Problem(code=code, key=key, message=message, fix=fix)
 
 
 def _provenance(choices: Mapping[str, str], overrides: tuple[str, ...], extra_root: Path | None) -> dict[str, str]:

@@ -6,12 +6,14 @@ so they say what a key means to an operator, not how the code uses it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from annotated_types import Ge, Gt, Le, MinLen
-from pydantic import ConfigDict, StringConstraints
+from annotated_types import BaseMetadata, Ge, GroupedMetadata, Gt, Le, MinLen
+
+if TYPE_CHECKING:  # pydantic is imported where a schema is built: a cached composition is read back without it
+    from pydantic import ConfigDict
 
 __all__ = [
     "ApplianceConfig",
@@ -37,7 +39,8 @@ Status = Literal["experimental", "functional", "complete", "top_perf"]
 STATUS_ORDER: tuple[Status, ...] = ("experimental", "functional", "complete", "top_perf")
 EngineKind = Literal["tt", "cpu"]
 
-_STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+_STRICT: ConfigDict = {"extra": "forbid", "use_attribute_docstrings": True}
+_STRICT_TEXT: ConfigDict = {**_STRICT, "coerce_numbers_to_str": True}
 
 # The range of every value, enforced when a composition is parsed (tests/test_schema_ranges.py walks them).
 Port = Annotated[int, Ge(1), Le(65535)]
@@ -45,7 +48,21 @@ Seconds = Annotated[float, Gt(0)]
 Count = Annotated[int, Ge(1)]
 Share = Annotated[float, Ge(0), Le(1)]
 Name = Annotated[str, MinLen(1)]
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+@dataclass(frozen=True)
+class _Pattern(GroupedMetadata):
+    """pydantic's `StringConstraints(pattern=...)`, made only when a schema is built (then the same constraint)."""
+
+    pattern: str
+
+    def __iter__(self) -> Iterator[BaseMetadata]:
+        from pydantic import StringConstraints
+
+        yield from StringConstraints(pattern=self.pattern)
+
+
+EnvName = Annotated[str, _Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +115,7 @@ class PrecisionConfig:
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     # `engine.env.X=5` arrives as an int from the override parser; environment values are strings.
-    __pydantic_config__ = ConfigDict(extra="forbid", use_attribute_docstrings=True, coerce_numbers_to_str=True)
+    __pydantic_config__ = _STRICT_TEXT
 
     kind: Literal["tt", "cpu", "auto"]
     """Engine: tt (vLLM + vllm-tt-plugin), cpu (vLLM on the CPU), auto (from the mesh)."""

@@ -15,11 +15,9 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from annotated_types import Ge, MinLen
-from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.resolve import resolve_config
@@ -27,8 +25,12 @@ from appliance.config.compose import COMMAND_LINE
 from appliance.config.schema import ComposedConfig
 from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts
 from appliance.resources import conf_dir
+
+if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
+    from pydantic import ConfigDict, TypeAdapter
+
+    from appliance.host import HostFacts
 
 __all__ = [
     "SlotSpec",
@@ -41,7 +43,7 @@ __all__ = [
     "split_overrides",
 ]
 
-_STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+_STRICT: ConfigDict = {"extra": "forbid", "use_attribute_docstrings": True}
 _CHOICE = re.compile(r"^\+?slots=(?P<name>.*)$")
 _SLOT_KEY = re.compile(r"^(?P<plus>\+{0,2})slots\.(?P<slot>[A-Za-z0-9_-]+)\.(?P<rest>.+)$")
 _SLOT_NAME = r"^[a-z0-9][a-z0-9-]{0,30}$"  # a DNS label part: it names k8s resources and log dirs
@@ -79,11 +81,15 @@ class SlotsFile:
 # Built on first use: every `validate` asks `slots_choice`, and only slots files need the schemas.
 @cache
 def _slots_adapter() -> TypeAdapter[SlotsFile]:
+    from pydantic import TypeAdapter
+
     return TypeAdapter(SlotsFile)
 
 
 @cache
 def _spec_adapter() -> TypeAdapter[SlotSpec]:
+    from pydantic import TypeAdapter
+
     return TypeAdapter(SlotSpec)
 
 
@@ -110,6 +116,9 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
         raise ConfigError(
             (Problem("unknown-option", "slots", f"no slots file {name!r}", f"Choose one of: {', '.join(known)}"),)
         )
+    import yaml  # here, as pydantic: every `validate` imports this module for `slots_choice` alone
+    from pydantic import ValidationError
+
     try:
         raw = parse_yaml(path.read_text())
         parsed = _slots_adapter().validate_python(raw)
@@ -139,6 +148,9 @@ def split_overrides(
 ) -> tuple[SlotsFile, tuple[str, ...], Mapping[str, tuple[str, ...]]]:
     """The slots file with `slots.<name>.devices|cores=` applied, the overrides for every slot, and
     per slot its `slots.<name>.<key>=v` ones with the prefix removed."""
+    import yaml
+    from pydantic import ValidationError
+
     common: list[str] = []
     per_slot: dict[str, list[str]] = {name: [] for name in slots.slots}
     specs = dict(slots.slots)
