@@ -113,7 +113,7 @@ class RecordedEngine:
 
 
 class CountedRequests:
-    """An ASGI app that counts the HTTP requests each path receives, and the statuses it answers."""
+    """An ASGI app that counts the HTTP requests each path (with its query) receives, and the statuses it answers."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -124,7 +124,8 @@ class CountedRequests:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
+        query = scope["query_string"].decode()
+        path = f"{scope['path']}?{query}" if query else scope["path"]
         self.paths[path] += 1
 
         async def answer(message: Message) -> None:

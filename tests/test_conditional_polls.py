@@ -1,10 +1,11 @@
-"""Conditional polls: the API's ETags and 304s, the client that keeps what it was sent, and the
-/load scrape that pollers share.
+"""Conditional polls and the one-request poll: the API's ETags and 304s, GET /live, the client that keeps
+what it was sent, the /load scrape that pollers share, and the console's poller.
 
 The API is the real create_app of the recorded appliance (tests/recorded_appliance.py) through
 httpx.ASGITransport; its recorded /state never changes and each /load scrapes the next recorded
 page, so an unchanged and a changed document can both be asked for. The older appliance is the
-same app with its ETag headers taken out on the way, as an appliance from before this change sent.
+same app with its ETag headers taken out on the way, as an appliance from before ETags sent, or
+with /live answering 404, as one from before /live.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.control.api import create_app
 from appliance.control.client import ControlClient, Target
-from appliance.control.documents import ChecksDocument, LoadDocument, StateDocument, parse
+from appliance.control.documents import (
+    ChecksDocument,
+    HostDocument,
+    LiveDocument,
+    LoadDocument,
+    StateDocument,
+    parse,
+)
 from appliance.preflight.checks import check
+from tui.poll import Poller
 
 from .console_pilot import poll, recorded_console
 from .recorded_appliance import (
@@ -75,6 +85,19 @@ async def test_loads_closer_than_share_s_share_one_scrape_of_the_engine(tmp_path
     assert engine.served == 1 and again.status_code == 304
 
 
+async def test_live_carries_the_documents_of_state_load_host_and_checks_in_one_answer() -> None:
+    with recorded_api(TOKEN, CHECKS) as api, http(api.app) as client:
+        await client.get("/load")  # the first scrape moves the capabilities /state reports; then they hold
+        live = parse(LiveDocument, (await client.get("/live?detail=1")).content)
+        state, checks = (await client.get("/state")).content, (await client.get("/checks")).content
+        host = (await client.get("/host")).content
+        plain = parse(LiveDocument, (await client.get("/live")).content)
+        await client.aclose()
+    assert live.state == parse(StateDocument, state) and live.checks == parse(ChecksDocument, checks)
+    assert live.host == parse(HostDocument, host) and live.load.summary is not None
+    assert plain.host is None and plain.checks is None and plain.load != live.load  # the next recorded page
+
+
 class Answers:
     """The real app, noting each status it answers; `strip_etags` makes it an appliance from before ETags."""
 
@@ -119,14 +142,38 @@ async def test_the_client_reads_an_appliance_that_sends_no_etag_as_before() -> N
     assert first == second and first is not second
 
 
-async def test_the_console_polls_an_unchanged_state_and_its_checks_for_304s() -> None:
+async def test_the_console_asks_one_live_document_a_poll_with_host_facts_and_checks_every_third() -> None:
     with recorded_appliance(checks=CHECKS) as rec:
         app = recorded_console(rec)
         async with app.run_test(size=(140, 48)) as pilot:
             await poll(pilot, 6)
             view = app.selected_view()
-    # /state changes once, when the first /load hands the appliance the page it reads capabilities from
-    assert rec.answers["/state", 200] == 2 and rec.answers["/state", 304] == 5
-    assert rec.answers["/checks", 200] == 1 and rec.answers["/checks", 304] >= 1
-    assert rec.answers["/load", 304] == 0  # each poll's load is the next recorded page
+    assert rec.answers == {("/live", 200): 4, ("/live?detail=1", 200): 3}  # the poll at start, then 6
     assert view is not None and view.polled.checks is not None and view.polled.checks.checks[0].id == "kmd"
+    assert view.polled.host is not None and view.polled.load is not None
+
+
+class WithoutLive:
+    """The real app as an appliance from before GET /live: 404 there, every other route as it was."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/live":
+            await JSONResponse({"error": "Not Found"}, status_code=404)(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+async def test_an_appliance_from_before_live_is_polled_one_document_at_a_time_and_conditionally() -> None:
+    with recorded_api(TOKEN, CHECKS) as api:
+        older = Answers(WithoutLive(api.app))
+        async with client_on(older) as client:
+            poller = Poller(client)
+            first, second = await poller.poll("rec", detail=True), await poller.poll("rec", detail=True)
+    # /state changes once, when the first /load hands the appliance the page it reads capabilities from
+    assert older.statuses == [("/live", 404), ("/state", 200), ("/load", 200), ("/host", 200), ("/checks", 200),
+                              ("/state", 200), ("/load", 200), ("/host", 304), ("/checks", 304)]  # fmt: skip
+    assert first.error is None and second.error is None and second.checks is first.checks
+    assert second.state is not None and second.load is not None and second.load != first.load

@@ -21,7 +21,7 @@ from textual.screen import Screen
 
 from appliance.control.client import Action, ApiError, ControlClient, Target
 from tui.messages import LogLinesArrived, StatusPolled
-from tui.poll import poll
+from tui.poll import Poller
 from tui.screens.base import ApplianceScreen
 from tui.screens.config import ConfigScreen
 from tui.screens.confirm import ConfirmScreen, describe
@@ -56,6 +56,7 @@ class ConsoleApp(App[None]):
     def __init__(self, client: ControlClient, *, read_only: bool, refresh_s: float) -> None:
         super().__init__()
         self.client = client
+        self.poller = Poller(client)
         self.read_only = read_only
         self.refresh_s = refresh_s
         self.views: dict[str, ApplianceView] = {}
@@ -92,7 +93,7 @@ class ConsoleApp(App[None]):
     async def poll_all(self) -> None:
         names, detail = self._wanted()
         self._polls += 1
-        for polled in await asyncio.gather(*(poll(self.client, name, detail=detail) for name in names)):
+        for polled in await asyncio.gather(*(self.poller.poll(name, detail=detail) for name in names)):
             self.post_message(StatusPolled(polled))
 
     def _wanted(self) -> tuple[tuple[str, ...], bool]:

@@ -1,4 +1,5 @@
 """The control API: state, load, the appliance's own metrics, engine logs, drain and restart.
+GET /live answers state and load (and host facts and checks) in one request, for live views.
 
 Clients send inference to the engine's OpenAI port directly; this API only observes and acts.
 Every route but /livez and /readyz needs the bearer token. JSON routes answer the documents of
@@ -32,6 +33,7 @@ from appliance.control.documents import (
     EventDocument,
     FaultDocument,
     HostDocument,
+    LiveDocument,
     PlanDocument,
     SlotsDocument,
     StateDocument,
@@ -163,7 +165,8 @@ def create_app(
     capabilities = CapabilityView(sup)
     load = LoadTracker(sup, engine, sources.clock, capabilities, sources.share_s)
     usage = sources.usage or UsageSampler().read
-    checks_body = render(checks_document(checks))  # the preflight ran before serve: it never changes
+    checks_now = checks_document(checks) if checks else None  # the preflight ran before serve: it never changes
+    checks_body = b"" if checks_now is None else render(checks_now)
     guarded = _guard(token)
 
     async def livez(_: Request) -> Response:
@@ -174,18 +177,30 @@ def create_app(
         state = sup.snapshot().state
         return PlainTextResponse(state.value, status_code=200 if state is EngineState.READY else 503)
 
+    def state_now() -> StateDocument:
+        return replace(state_document(sup.snapshot(), sup.plan), capabilities=capabilities.document())
+
+    def host_now() -> HostDocument:
+        return host_document(sources.host(), usage(sup.snapshot().pid))
+
     async def state(request: Request) -> Response:
-        document = state_document(sup.snapshot(), sup.plan)
-        return versioned(request, render(replace(document, capabilities=capabilities.document())))
+        return versioned(request, render(state_now()))
 
     async def load_now(request: Request) -> Response:
         return versioned(request, render(await load.document()))
+
+    async def live(request: Request) -> Response:
+        # The load first: its scrape can move the capabilities that the state reports.
+        now = await load.document()
+        if request.query_params.get("detail") not in ("1", "true"):
+            return versioned(request, render(LiveDocument(state_now(), now)))
+        return versioned(request, render(LiveDocument(state_now(), now, host_now(), checks_now)))
 
     async def prometheus(_: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def host(request: Request) -> Response:
-        return versioned(request, render(host_document(sources.host(), usage(sup.snapshot().pid))))
+        return versioned(request, render(host_now()))
 
     async def engine_metrics(_: Request) -> Response:
         # Relayed so a remote reader needs only the control port, whatever serving.host binds.
@@ -196,7 +211,7 @@ def create_app(
         return Response(reply.content, status_code=reply.status_code, media_type=reply.headers.get("content-type"))
 
     async def preflight(request: Request) -> Response:
-        if not checks:
+        if checks_now is None:
             return JSONResponse({"error": "no preflight checks were run"}, status_code=404)
         return versioned(request, checks_body)
 
@@ -229,6 +244,7 @@ def create_app(
             Route("/readyz", readyz),
             Route("/state", guarded(state)),
             Route("/load", guarded(load_now)),
+            Route("/live", guarded(live)),
             Route("/metrics", guarded(prometheus)),
             Route("/engine/metrics", guarded(engine_metrics)),
             Route("/host", guarded(host)),
@@ -265,7 +281,8 @@ def create_slots_app(
         where = ", ".join(f"/slots/{slot}{request.url.path}" for slot in sups)
         return JSONResponse({"error": f"this appliance serves slots ({name}); ask {where}"}, status_code=404)
 
-    roots = ("/state", "/load", "/metrics", "/engine/metrics", "/host", "/checks", "/logs", "/drain", "/restart")
+    roots = ("/state", "/load", "/live", "/metrics", "/engine/metrics", "/host", "/checks", "/logs", "/drain",
+             "/restart")  # fmt: skip
     return Starlette(
         routes=[
             Route("/livez", livez),

@@ -23,6 +23,7 @@ from appliance.control.documents import (
     AcceptedDocument,
     ChecksDocument,
     HostDocument,
+    LiveDocument,
     LoadDocument,
     SlotsDocument,
     StateDocument,
@@ -117,6 +118,11 @@ class ControlClient:
 
     async def host(self, name: str) -> HostDocument | None:
         return await self._get(name, "/host", HostDocument, optional=True)
+
+    async def live(self, name: str, *, detail: bool) -> LiveDocument:
+        """State and load in one request; with `detail`, host facts and checks too (GET /live)."""
+        path = "/live?detail=1" if detail else "/live"
+        return cast(LiveDocument, await self._get(name, path, LiveDocument))
 
     async def checks(self, name: str) -> ChecksDocument | None:
         """The preflight results; None when the appliance ran none."""

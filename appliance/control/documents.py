@@ -35,6 +35,7 @@ __all__ = [
     "HostDocument",
     "HugePagesDocument",
     "LatencyDocument",
+    "LiveDocument",
     "LoadDocument",
     "PlanDocument",
     "SchedulerDocument",
@@ -325,6 +326,24 @@ class LoadDocument:
     scheduler: SchedulerDocument
     alerts: tuple[str, ...]
     """Short alerts, most urgent first."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveDocument:
+    """GET /live: what a live view shows of one appliance, in one request instead of one per document.
+
+    The same documents as /state and /load, and with `?detail=1` /host and /checks; the console
+    polls it each second.
+    """
+
+    __pydantic_config__ = _WIRE
+
+    state: StateDocument
+    load: LoadDocument
+    host: HostDocument | None = None
+    """Only with ?detail=1."""
+    checks: ChecksDocument | None = None
+    """Only with ?detail=1, and None when the appliance ran no preflight."""
 
 
 @dataclass(frozen=True, slots=True)
