@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from appliance.control.client import ControlClient, Target
 from tui.app import ConsoleApp, make_console
+from tui.widgets.quiet import QuietStatic
 
 from .recorded_appliance import Recorded
 
@@ -42,11 +43,21 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def drawn(widget: Widget) -> tuple[object, ...]:
+    """What a widget and the text widgets inside it were last handed to draw: each Static's
+    content, each QuietStatic's text (a redraw replaces the object)."""
+    texts: list[object] = []
+    for part in (widget, *widget.query("*")):
+        if isinstance(part, QuietStatic):
+            texts.append(part.text)
+        elif isinstance(part, Static):
+            texts.append(part.content)
+    return tuple(texts)
+
+
 def shown(widget: Widget) -> str:
-    """The text a widget (and its Static children) currently shows."""
-    statics = [widget] if isinstance(widget, Static) else list(widget.query(Static))
+    """The text a widget (and its text widgets inside) currently shows."""
     console = Console(width=200, record=True, file=io.StringIO())
-    for static in statics:
-        assert isinstance(static, Static)
-        console.print(static.content)
+    for text in drawn(widget):
+        console.print(text)
     return console.export_text()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from textual.pilot import Pilot
-from textual.widgets import Static
 
 from tui.app import ConsoleApp
 from tui.messages import StatusPolled
@@ -20,7 +19,7 @@ from tui.widgets.load import LoadPanel
 from tui.widgets.panels import ChecksPanel, DevicesPanel, LatencyPanel, SchedulerPanel
 from tui.widgets.trend import draw_trend
 
-from .console_pilot import poll, recorded_console, until
+from .console_pilot import drawn, poll, recorded_console, until
 from .recorded_appliance import recorded_appliance
 
 SIZE = (140, 48)
@@ -93,14 +92,9 @@ def redrawn(before: dict[type, tuple[object, ...]], after: dict[type, tuple[obje
 
 
 def shown_content(app: ConsoleApp) -> dict[type, tuple[object, ...]]:
-    """The content object each panel last drew (a redraw replaces it)."""
+    """The text object each panel last drew (a redraw replaces it)."""
     kinds = (ApplianceHeader, LoadPanel, LatencyPanel, SchedulerPanel, DevicesPanel, ChecksPanel)
-    content: dict[type, tuple[object, ...]] = {}
-    for kind in kinds:
-        widget = app.screen.query_one(kind)
-        statics = [widget] if isinstance(widget, Static) else list(widget.query(Static))
-        content[kind] = tuple(static.content for static in statics if isinstance(static, Static))
-    return content
+    return {kind: drawn(app.screen.query_one(kind)) for kind in kinds}
 
 
 def test_a_trend_puts_the_newest_samples_at_the_right_scaled_from_their_minimum_to_their_maximum() -> None:

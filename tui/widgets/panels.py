@@ -14,12 +14,12 @@ from tui.view import ApplianceView
 from tui.widgets.format import IDLE, MISSING, gib, millis, number, percent
 from tui.widgets.quiet import QuietStatic
 
-__all__ = ["ChecksPanel", "DevicesPanel", "LatencyPanel", "SchedulerPanel"]
+__all__ = ["ChecksPanel", "DevicesPanel", "LatencyPanel", "Panel", "SchedulerPanel"]
 
 
-class _Panel(QuietStatic):
+class Panel(QuietStatic):
     DEFAULT_CSS = """
-    _Panel { height: auto; border: round $primary; border-title-color: $text; padding: 0 1; }
+    Panel { height: auto; border: round $primary; border-title-color: $text; padding: 0 1; }
     """
     TITLE = ""
     view: var[ApplianceView | None] = var(None)
@@ -45,7 +45,7 @@ class _Panel(QuietStatic):
         raise NotImplementedError
 
 
-class LatencyPanel(_Panel):
+class LatencyPanel(Panel):
     TITLE = "latency"
 
     def shows(self, view: ApplianceView) -> object:
@@ -73,7 +73,7 @@ def _percentile_cells(value: LatencyDocument | None, missing: bool) -> tuple[str
     return millis(value.p50), millis(value.p95), millis(value.p99), f"{value.observations:.0f}"
 
 
-class SchedulerPanel(_Panel):
+class SchedulerPanel(Panel):
     TITLE = "scheduler"
 
     def shows(self, view: ApplianceView) -> object:
@@ -110,7 +110,7 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value / 1000
 
 
-class DevicesPanel(_Panel):
+class DevicesPanel(Panel):
     TITLE = "devices"
 
     def shows(self, view: ApplianceView) -> object:
@@ -142,7 +142,7 @@ def _board_facts(board: BoardDocument) -> str:
 _CHECK_STYLE = {"pass": "green", "warn": "yellow", "unknown": "dim", "fail": "red"}
 
 
-class ChecksPanel(_Panel):
+class ChecksPanel(Panel):
     TITLE = "checks"
 
     def shows(self, view: ApplianceView) -> object:
