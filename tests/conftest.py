@@ -44,11 +44,20 @@ TTNN_GATE = EngineGate("ttnn_engine", ROOT / ".engines" / "ttnn" / ".appliance-e
                        "the ttnn environment is not built (make engine-ttnn)")  # fmt: skip
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+SHARED = ("shared_appliance", "restartable_appliance", "sigtermed")
+"""The session's shared appliances: under pytest-xdist (`--dist loadgroup`) the tests of each run on
+one worker, so each is booted once, not once per worker."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker, and before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark and gate every test that uses an engine fixture, however indirectly, or is marked `engine`."""
+    """Mark and gate every test that uses an engine fixture, however indirectly, or is marked `engine`;
+    group the tests of each shared appliance."""
     for item in items:
-        gates = [g for g in (CPU_GATE, TTNN_GATE) if g.fixture in getattr(item, "fixturenames", ())]
+        fixtures = getattr(item, "fixturenames", ())
+        for shared in (f for f in SHARED if f in fixtures):
+            item.add_marker(pytest.mark.xdist_group(shared))
+        gates = [g for g in (CPU_GATE, TTNN_GATE) if g.fixture in fixtures]
         if not gates and item.get_closest_marker("engine"):
             gates = [CPU_GATE]
         if gates:

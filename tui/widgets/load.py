@@ -21,9 +21,7 @@ class LoadPanel(Panel):
     TITLE = "load"
 
     def shows(self, view: ApplianceView) -> object:
-        state = view.polled.state
-        limit = state.max_concurrency if state is not None else None
-        return view.summary, limit, view.polled.metrics_error, self.content_size.width
+        return view.summary, _limit(view), view.polled.metrics_error, self.content_size.width
 
     def on_resize(self, _: Resize) -> None:
         self.watch_view(self.view)  # the sparklines are drawn to the panel's width
@@ -32,9 +30,7 @@ class LoadPanel(Panel):
         summary = view.summary
         if summary is None:
             return Text(f"no engine metrics: {view.polled.metrics_error or 'not polled yet'}")
-        width, spark = self.content_size.width, self.app.theme_variables.get("primary", "")
-        state = view.polled.state
-        limit = state.max_concurrency if state is not None else None
+        width, spark, limit = self.content_size.width, self.app.theme_variables.get("primary", ""), _limit(view)
         kv = percent(summary.kv_usage)
         if summary.kv_capacity_tokens is not None and summary.kv_usage is not None:
             kv += f" of {summary.kv_capacity_tokens:,.0f} tokens"
@@ -49,3 +45,9 @@ class LoadPanel(Panel):
             f"prefix cache hits {percent(summary.prefix_hit_rate)}   "
             f"preemptions {number(summary.preemptions)}   failed requests {number(summary.failed_requests)}",
         )
+
+
+def _limit(view: ApplianceView) -> int | None:
+    """The validated max_concurrency the running count is shown against."""
+    state = view.polled.state
+    return state.max_concurrency if state is not None else None

@@ -1,4 +1,5 @@
-"""Text panels of the dashboard: latency, scheduler, devices and checks.
+"""Text panels of the dashboard: the `Panel` they share (the load panel too), and latency,
+scheduler, devices and checks.
 
 Each redraws from the ApplianceView bound to it, and only when the part of it the panel shows
 changed; none of them computes anything beyond layout.
