@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from appliance.control.client import ControlClient, Target
 from tui.app import ConsoleApp, make_console
-from tui.widgets.quiet import QuietStatic
+from tui.widgets.quiet import QuietText
 
 from .recorded_appliance import Recorded
 
@@ -45,10 +45,10 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 def drawn(widget: Widget) -> tuple[object, ...]:
     """What a widget and the text widgets inside it were last handed to draw: each Static's
-    content, each QuietStatic's text (a redraw replaces the object)."""
+    content, each QuietText's text (a redraw replaces the object)."""
     texts: list[object] = []
     for part in (widget, *widget.query("*")):
-        if isinstance(part, QuietStatic):
+        if isinstance(part, QuietText):
             texts.append(part.text)
         elif isinstance(part, Static):
             texts.append(part.content)

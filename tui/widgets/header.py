@@ -7,12 +7,12 @@ from textual.reactive import var
 
 from tui.view import ApplianceView
 from tui.widgets.format import STATE_STYLE, duration
-from tui.widgets.quiet import QuietStatic
+from tui.widgets.quiet import QuietText
 
 __all__ = ["ApplianceHeader"]
 
 
-class ApplianceHeader(QuietStatic):
+class ApplianceHeader(QuietText):
     DEFAULT_CSS = """
     ApplianceHeader { height: 3; padding: 0 1; background: $panel; }
     """

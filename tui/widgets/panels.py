@@ -13,12 +13,12 @@ from textual.reactive import var
 from appliance.control.documents import E2E, ITL, TTFT, BoardDocument, LatencyDocument
 from tui.view import ApplianceView
 from tui.widgets.format import IDLE, MISSING, gib, millis, number, percent
-from tui.widgets.quiet import QuietStatic
+from tui.widgets.quiet import QuietText
 
 __all__ = ["ChecksPanel", "DevicesPanel", "LatencyPanel", "Panel", "SchedulerPanel"]
 
 
-class Panel(QuietStatic):
+class Panel(QuietText):
     DEFAULT_CSS = """
     Panel { height: auto; border: round $primary; border-title-color: $text; padding: 0 1; }
     """

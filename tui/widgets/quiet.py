@@ -17,14 +17,14 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-__all__ = ["QuietStatic"]
+__all__ = ["QuietText"]
 
 _ELLIPSIS = "…"
 
 
-class QuietStatic(Widget):
+class QuietText(Widget):
     DEFAULT_CSS = """
-    QuietStatic { height: auto; }
+    QuietText { height: auto; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 (Textual's name for it)
