@@ -125,7 +125,9 @@ def test_disk_need_drops_the_weights_once_they_are_in_the_hub_cache(tmp_path: Pa
 
 def test_serve_refuses_a_kv_cache_larger_than_memory_before_spawning_anything(tmp_path: Path) -> None:
     done = subprocess.run(
+        # engine.python: any interpreter that exists, so the fast tier needs no built engine to reach the memory check
         [sys.executable, "-m", "appliance.cli", "serve", TINY, "engine.env.VLLM_CPU_KVCACHE_SPACE=4096",
+         f"engine.python={sys.executable}",
          *(f"{key}.port={port}" for key, port in zip(("serving", "control"), free_ports(2), strict=True))],
         env=os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
