@@ -43,7 +43,7 @@ __all__ = [
     "split_overrides",
 ]
 
-_STRICT: ConfigDict = {"extra": "forbid", "use_attribute_docstrings": True}
+_STRICT: ConfigDict = {"extra": "forbid"}  # docstrings unparsed, as in config/schema.py
 _CHOICE = re.compile(r"^\+?slots=(?P<name>.*)$")
 _SLOT_KEY = re.compile(r"^(?P<plus>\+{0,2})slots\.(?P<slot>[A-Za-z0-9_-]+)\.(?P<rest>.+)$")
 _SLOT_NAME = r"^[a-z0-9][a-z0-9-]{0,30}$"  # a DNS label part: it names k8s resources and log dirs
