@@ -23,7 +23,7 @@ from appliance.loadtest.report import LoadReport, load_report
 from appliance.loadtest.run import LoadTarget, run_loadtest
 from appliance.loadtest.workload import plan_requests
 
-from .appliance_process import Served
+from .appliance_process import Served, seed_tiny_model
 from .helpers import TINY, Cli
 
 FEATURES = ("workload.structured_output_share=0.25", "workload.logprobs_share=0.25",
@@ -39,6 +39,7 @@ TINY_MIX = ("workload=mixed", "workload.rate_per_s=2", *FEATURES)
 @pytest.fixture(scope="module")
 def compared(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("compare")
+    seed_tiny_model(tmp / "cache")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("APPLIANCE_CACHE_DIR", str(tmp / "cache"))
         code = main(["loadtest", TINY, *TINY_STALL_PROBE, "--compare-scheduler", "--out", str(tmp / "out")])

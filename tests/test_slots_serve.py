@@ -23,6 +23,7 @@ from appliance.control.documents import SlotsDocument, StateDocument
 from tui.app import make_console
 from tui.screens.fleet import FleetScreen
 
+from .appliance_process import seed_tiny_model
 from .console_pilot import until
 from .helpers import free_ports, group_gone
 
@@ -73,6 +74,7 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     tmp = tmp_path_factory.mktemp("slots")
+    seed_tiny_model(tmp / "cache")
     *picked, control = free_ports(len(SLOTS) + 1)
     ports, token = dict(zip(SLOTS, picked, strict=True)), secrets.token_urlsafe(16)
     command = [str(Path(sys.executable).parent / "appliance"), "serve", "slots=cpu-pair", f"control.port={control}",
