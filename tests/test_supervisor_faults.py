@@ -45,6 +45,9 @@ async def test_boot_goes_through_loading_and_warming_to_ready_then_stops_clean(s
     await wait_for(sup, S.READY)
     pgid = sup.snapshot().pid
     assert pgid is not None
+    # Its own process group, for the stop; the appliance's session, so the kernel's autogroup
+    # scheduler does not weigh the engine's cores against the appliance's (spawn.py).
+    assert os.getpgid(pgid) == pgid and os.getsid(pgid) == os.getsid(0)
     states = [e.state for e in sup.snapshot().events]
     assert states[:4] == [S.STARTING, S.LOADING, S.WARMING, S.READY]
     sup.request("stop")

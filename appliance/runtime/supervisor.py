@@ -1,7 +1,7 @@
 """Run the engine from a LaunchPlan: boot, readiness, crash restarts, hangs, drain and stop.
 
 The supervisor alone changes the lifecycle state; others read a frozen `snapshot()` and hear
-of changes through `subscribe()`. Spawning (own session, death with the appliance) is `spawn`'s.
+of changes through `subscribe()`. Spawning (own process group, death with the appliance) is `spawn`'s.
 """
 
 from __future__ import annotations
