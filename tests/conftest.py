@@ -44,9 +44,10 @@ TTNN_GATE = EngineGate("ttnn_engine", ROOT / ".engines" / "ttnn" / ".appliance-e
                        "the ttnn environment is not built (make engine-ttnn)")  # fmt: skip
 
 
-SHARED = ("shared_appliance", "restartable_appliance", "sigtermed")
-"""The session's shared appliances: under pytest-xdist (`--dist loadgroup`) the tests of each run on
-one worker, so each is booted once, not once per worker."""
+SHARED = {"shared_appliance": "appliance pair", "restartable_appliance": "appliance pair", "sigtermed": "sigtermed"}
+"""The session's shared appliances and their xdist groups: under pytest-xdist (`--dist loadgroup`)
+the tests of a group run on one worker, so each appliance is booted once, not once per worker. The
+read-only and the restartable appliance form one group: the gateway test stands them side by side."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker, and before xdist reads the groups
@@ -55,8 +56,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     group the tests of each shared appliance."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        for shared in (f for f in SHARED if f in fixtures):
-            item.add_marker(pytest.mark.xdist_group(shared))
+        if group := next((SHARED[f] for f in SHARED if f in fixtures), None):
+            item.add_marker(pytest.mark.xdist_group(group))
         gates = [g for g in (CPU_GATE, TTNN_GATE) if g.fixture in fixtures]
         if not gates and item.get_closest_marker("engine"):
             gates = [CPU_GATE]
@@ -101,10 +102,20 @@ def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> C
 
 # The engine tier's shared appliances. The read-only one logs per-step details and stats every
 # second (the console's scheduler view reads both) and runs from an operator's directory holding a
-# stray `re.py`, which the engine must not import.
+# stray `re.py`, which the engine must not import. Both stand behind the gateway test's balancer, as
+# two hosts' appliances would: each engine on a core of its own (vLLM's auto binding puts both on
+# core 0, and a restarting engine then starves beside the one carrying the load), out of rotation
+# 2 s before a drain stops the engine accepting.
 READ_ONLY_EXTRA = (
     'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--enable-logging-iteration-details]',
     "engine.env.VLLM_LOG_STATS_INTERVAL=1",
+    "engine.env.VLLM_CPU_OMP_THREADS_BIND=1",
+    "supervisor.deregister_s=2",
+)
+RESTARTABLE_EXTRA = (
+    f"serving.api_key_env={KEY_ENV}",
+    "engine.env.VLLM_CPU_OMP_THREADS_BIND=0",
+    "supervisor.deregister_s=2",
 )
 
 
@@ -122,7 +133,7 @@ def shared_appliance(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="session")
 def _restartable_session(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("restartable")
-    with running_appliance(tmp, f"serving.api_key_env={KEY_ENV}", env={KEY_ENV: API_KEY}) as served:
+    with running_appliance(tmp, *RESTARTABLE_EXTRA, env={KEY_ENV: API_KEY}) as served:
         yield served
 
 

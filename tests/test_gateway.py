@@ -1,7 +1,10 @@
 """Two real appliances behind the real gateway (HAProxy): a drain and a restart under load lose no request.
 
-Each appliance serves the tiny model on the CPU engine with `supervisor.deregister_s`, so its
-readiness turns 503 before its engine stops accepting; HAProxy checks each control API's /readyz.
+The engine tier's two shared appliances (conftest) are the backends: the restartable one is drained
+and restarted, the read-only one carries the load meanwhile. Both serve the tiny model on the CPU
+engine, each on a core of its own, with `supervisor.deregister_s`, so readiness turns 503 before the
+engine stops accepting; HAProxy checks each control API's /readyz. The restartable engine's port takes
+an API key, which the clients send through the balancer to both.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import pytest
 from appliance.control.client import ApiError
 from appliance.observe.engine_metrics import parse_metrics
 
-from .appliance_process import Served, running_appliance
+from .appliance_process import API_KEY, Served
 from .helpers import free_port
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 BODY = {"model": "appliance/tiny-llama", "prompt": "Hello", "max_tokens": 16, "ignore_eos": True}
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 def served_requests(appliance: Served) -> float:
@@ -47,7 +51,7 @@ class ClosedLoop:
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=120.0) as http:
+        with httpx.Client(base_url=self.url, timeout=120.0, headers=AUTH) as http:
             while not self._stop.is_set():
                 try:
                     reply = http.post("/v1/completions", json=BODY)
@@ -74,35 +78,31 @@ def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 @pytest.fixture
-def gateway_pair(tmp_path: Path) -> Iterator[tuple[Served, Served, str, Path]]:
-    extra = ("supervisor.deregister_s=2",)
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    # Two hosts' appliances on one 2-core VM: each engine on a core of its own (vLLM's auto binding puts
-    # both on core 0, and a restarting engine then starves beside the one carrying the load).
-    with running_appliance(tmp_path / "a", *extra, "engine.env.VLLM_CPU_OMP_THREADS_BIND=0") as a, \
-         running_appliance(tmp_path / "b", *extra, "engine.env.VLLM_CPU_OMP_THREADS_BIND=1") as b:  # fmt: skip
-        site = tmp_path / "site.yaml"
-        site.write_text(f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
-                        f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
-        listen = f"127.0.0.1:{free_port()}"
-        env = os.environ | {"A_TOKEN": a.token, "B_TOKEN": b.token}
-        gateway = subprocess.Popen(
-            [str(Path(sys.executable).parent / "appliance"), "gateway", "--site-file", str(site), "--listen", listen,
-             "--check-interval-ms", "250", "--out", str(tmp_path / "gw")], env=env,
-        )  # fmt: skip
-        try:
-            url = f"http://{listen}"
-            wait_until(lambda: _answers(url))
-            yield a, b, url, tmp_path / "gw" / "haproxy.cfg"
-        finally:
-            gateway.terminate()
-            gateway.wait(timeout=30)
+def gateway_pair(
+    restartable_appliance: Served, shared_appliance: Served, tmp_path: Path
+) -> Iterator[tuple[Served, Served, str, Path]]:
+    a, b = restartable_appliance, shared_appliance
+    site = tmp_path / "site.yaml"
+    site.write_text(f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
+                    f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
+    listen = f"127.0.0.1:{free_port()}"
+    env = os.environ | {"A_TOKEN": a.token, "B_TOKEN": b.token}
+    gateway = subprocess.Popen(
+        [str(Path(sys.executable).parent / "appliance"), "gateway", "--site-file", str(site), "--listen", listen,
+         "--check-interval-ms", "250", "--out", str(tmp_path / "gw")], env=env,
+    )  # fmt: skip
+    try:
+        url = f"http://{listen}"
+        wait_until(lambda: _answers(url))
+        yield a, b, url, tmp_path / "gw" / "haproxy.cfg"
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=30)
 
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.post(f"{url}/v1/completions", json=BODY, timeout=30).status_code == 200
+        return httpx.post(f"{url}/v1/completions", json=BODY, headers=AUTH, timeout=30).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -112,8 +112,9 @@ def test_a_drain_and_a_restart_behind_the_gateway_lose_no_request(
 ) -> None:
     a, b, url, config = gateway_pair
     assert "check addr 127.0.0.1" in config.read_text()
+    before_a, before_b = served_requests(a), served_requests(b)  # both served other tests first
     with ClosedLoop(url, streams=4) as load:
-        wait_until(lambda: served_requests(a) >= 5 and served_requests(b) >= 5)  # both in rotation
+        wait_until(lambda: served_requests(a) >= before_a + 5 and served_requests(b) >= before_b + 5)  # in rotation
         assert a.control("POST", "/drain").status_code == 202
         a.wait_for("stopped", timeout=300)  # the engine's worker took 110 s to exit after SIGKILL here once
         during = load.outcomes["ok"]
