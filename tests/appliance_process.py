@@ -12,15 +12,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
-from openai import OpenAI
 
 from appliance.control.client import ApiError, SyncControlClient, Target
 from appliance.control.documents import StateDocument
 from appliance.serve import ensure_model
 
 from .helpers import cpu_plan, free_ports, stop_process
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
@@ -97,7 +100,15 @@ class Served:
         raise AssertionError(f"never reached {states}; last state {last}")
 
     def client(self, api_key: str = "unused") -> OpenAI:
-        return OpenAI(base_url=f"{self.engine_url}/v1", api_key=api_key, max_retries=0, timeout=120.0)
+        return openai_client(self.engine_url, api_key)
+
+
+def openai_client(engine_url: str, api_key: str = "unused") -> OpenAI:
+    """The OpenAI client of an engine port, without retries. Imported here, not at the top: openai
+    takes over a second to import, and every pytest worker collects the engine tier's modules."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{engine_url}/v1", api_key=api_key, max_retries=0, timeout=120.0)
 
 
 def serve_command(engine_port: int, control_port: int, *extra: str, model: str = "tiny") -> list[str]:

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import openai
 import pytest
 
 from appliance.plan import LaunchPlan
@@ -34,21 +33,21 @@ from .helpers import cpu_plan, free_port, group_gone, wait_for
 from .sigterm_scenario import STREAMS, SigtermRun
 
 
-def client(served: Served, key: str = API_KEY) -> openai.OpenAI:
-    return served.client(key)
-
-
 def test_the_engine_port_takes_the_sites_api_key(restartable_appliance: Served) -> None:
+    import openai  # here, not at the top: see appliance_process.openai_client
+
     keyed = restartable_appliance
     with pytest.raises(openai.AuthenticationError):
-        client(keyed, "wrong").completions.create(model=MODEL, prompt="x", max_tokens=1)
-    assert client(keyed).completions.create(model=MODEL, prompt="x", max_tokens=1).choices
+        keyed.client("wrong").completions.create(model=MODEL, prompt="x", max_tokens=1)
+    assert keyed.client(API_KEY).completions.create(model=MODEL, prompt="x", max_tokens=1).choices
     assert API_KEY not in keyed.output.read_text()
     assert API_KEY not in keyed.control("GET", "/state").text
     assert API_KEY not in keyed.control("GET", "/logs?tail=5000").text
 
 
 def test_five_kill_9s_of_the_engine_under_load_give_five_restarts_and_no_orphans(restartable_appliance: Served) -> None:
+    import openai  # here, not at the top: see appliance_process.openai_client
+
     keyed = restartable_appliance
     stop = threading.Event()
     outcomes: list[bool] = []
@@ -56,7 +55,7 @@ def test_five_kill_9s_of_the_engine_under_load_give_five_restarts_and_no_orphans
     def load() -> None:
         while not stop.is_set():
             try:
-                client(keyed).completions.create(model=MODEL, prompt="load", max_tokens=8)
+                keyed.client(API_KEY).completions.create(model=MODEL, prompt="load", max_tokens=8)
                 outcomes.append(True)
             except openai.OpenAIError:
                 outcomes.append(False)  # the engine is down between a kill and its restart

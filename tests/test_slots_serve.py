@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from openai import OpenAI
 from textual.widgets import DataTable
 
 from appliance.control.client import ApiError, ControlClient, SyncControlClient, Target, expand_slots, slot_target
@@ -23,7 +22,7 @@ from appliance.control.documents import SlotsDocument, StateDocument
 from tui.app import make_console
 from tui.screens.fleet import FleetScreen
 
-from .appliance_process import seed_tiny_model
+from .appliance_process import openai_client, seed_tiny_model
 from .console_pilot import until
 from .helpers import free_ports, group_gone
 
@@ -65,8 +64,7 @@ class Pair:
         raise AssertionError(f"slot {slot} never reached {states}; last {last}")
 
     def complete(self, slot: str) -> str:
-        client = OpenAI(base_url=f"http://127.0.0.1:{self.ports[slot]}/v1", api_key="unused", max_retries=0,
-                        timeout=120.0)  # fmt: skip
+        client = openai_client(f"http://127.0.0.1:{self.ports[slot]}")
         reply = client.completions.create(model=f"tiny-{slot}", prompt="Hello", max_tokens=4)
         return reply.model
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance import markdown
-from appliance.loadtest.plots import write_plots
 from appliance.loadtest.report import LoadReport, report_json
 from appliance.loadtest.stats import Distribution
 
@@ -118,6 +117,9 @@ def write_reports(reports: Sequence[LoadReport], out_dir: Path, names: Sequence[
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(report_json(report), indent=1))
         written.append(path)
+    # matplotlib takes about a second to import: only writing a report loads it, not the run before it
+    from appliance.loadtest.plots import write_plots
+
     plots = write_plots(reports, out_dir)
     markdown = out_dir / "report.md"
     markdown.write_text(render_markdown(reports, plots))
