@@ -29,7 +29,7 @@ from appliance.runtime.supervisor import EngineSupervisor
 from appliance.serve import RECIPES, ensure_model
 
 from .appliance_process import API_KEY, MODEL, Served, start_appliance
-from .helpers import cpu_plan, free_port, group_gone, wait_for
+from .helpers import cpu_plan, free_ports, group_gone, wait_for
 from .sigterm_scenario import STREAMS, SigtermRun
 
 
@@ -139,22 +139,20 @@ async def boot_failure(plan: LaunchPlan, tmp: Path) -> tuple[str, int]:
 
 @pytest.mark.usefixtures("cpu_engine")
 async def test_boot_failures_end_in_failed_with_the_cause_and_no_restart(tmp_path: Path) -> None:
-    plan = cpu_plan(tmp_path, f"serving.port={free_port()}")
-    ensure_model(plan)
-    cases: dict[str, tuple[LaunchPlan, str]] = {
-        "bad model directory": (with_engine_args(plan, model=str(tmp_path / "no-such-model")), "no-such-model"),
-        "too much KV memory": (
-            replace(
-                with_engine_args(plan, "--kv-cache-memory-bytes", str(1 << 50)),
-                env={k: v for k, v in plan.env.items() if k != "VLLM_CPU_KVCACHE_SPACE"},
-            ),
-            "requested memory for kv",
-        ),  # fmt: skip
-    }
-    for name, (case, cause) in cases.items():
-        await expect_boot_failure(case, tmp_path / name.replace(" ", "-"), "during boot", cause)
-    with socket_taken(plan.port):  # a known fault (build/engine-faults.yaml): named by its rule, with the next step
-        await expect_boot_failure(plan, tmp_path / "port-taken", "[port-taken]", "port is taken", "serving.port")
+    # The three boots run side by side, each on a port of its own: a boot spends most of its time importing.
+    bad_model, too_much_kv, port_taken = (cpu_plan(tmp_path, f"serving.port={port}") for port in free_ports(3))
+    ensure_model(bad_model)
+    kv = with_engine_args(too_much_kv, "--kv-cache-memory-bytes", str(1 << 50))
+    cases = (
+        (with_engine_args(bad_model, model=str(tmp_path / "no-such-model")), "bad-model",
+         ("during boot", "no-such-model")),
+        (replace(kv, env={k: v for k, v in kv.env.items() if k != "VLLM_CPU_KVCACHE_SPACE"}), "too-much-kv",
+         ("during boot", "requested memory for kv")),
+        # a known fault (build/engine-faults.yaml): named by its rule, with the next step
+        (port_taken, "port-taken", ("[port-taken]", "port is taken", "serving.port")),
+    )  # fmt: skip
+    with socket_taken(port_taken.port):
+        await asyncio.gather(*(expect_boot_failure(plan, tmp_path / name, *needles) for plan, name, needles in cases))
 
 
 @contextlib.contextmanager
