@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make serve` (embedded default) and `make test` (everything).
-# While editing: `make test-fast` (no engine, < 2 min) and `make test-engine` (the engine tier, < 8 min).
+# While editing: `make test-fast` (no engine, about 2 min) and `make test-engine` (the engine tier, about
+# 21 min, nearly all of it engine boots: README, Tests).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
