@@ -78,6 +78,7 @@ bench: setup engine-cpu
 	PYTHONPATH=. $(BIN)/python bench/serve_overhead.py
 	PYTHONPATH=. $(BIN)/python bench/embedded_default.py
 	PYTHONPATH=. $(BIN)/python bench/console_cpu.py
+	PYTHONPATH=. $(BIN)/python bench/control_latency.py
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py

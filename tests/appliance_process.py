@@ -7,7 +7,9 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"
+BODY = {"model": MODEL, "prompt": "Hello", "max_tokens": 16, "ignore_eos": True}
 KEY_ENV, API_KEY = "SITE_OPENAI_KEY", "sk-reliability-test"
 """The restartable appliance's engine port takes this key, read from the variable named KEY_ENV."""
 CAPABILITY_OVERRIDES = (
@@ -175,3 +178,30 @@ def revive(served: Served) -> None:
     if state.state != "ready":
         assert served.control("POST", "/restart").status_code == 202
         served.wait_for("ready")
+
+
+class ClosedLoop:
+    """`streams` clients, each sending the next completion (BODY) when its last one is answered."""
+
+    def __init__(self, url: str, streams: int, headers: dict[str, str] | None = None) -> None:
+        self.url, self.headers, self.outcomes, self._stop = url, headers or {}, Counter[str](), threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=120.0, headers=self.headers) as http:
+            while not self._stop.is_set():
+                try:
+                    reply = http.post("/v1/completions", json=BODY)
+                    self.outcomes["ok" if reply.status_code == 200 else f"http {reply.status_code}"] += 1
+                except httpx.HTTPError as error:
+                    self.outcomes[type(error).__name__] += 1
+
+    def __enter__(self) -> ClosedLoop:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=150)

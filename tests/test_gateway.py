@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,11 +22,10 @@ import pytest
 from appliance.control.client import ApiError
 from appliance.observe.engine_metrics import parse_metrics
 
-from .appliance_process import API_KEY, Served
+from .appliance_process import API_KEY, BODY, ClosedLoop, Served
 from .helpers import free_port
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
-BODY = {"model": "appliance/tiny-llama", "prompt": "Hello", "max_tokens": 16, "ignore_eos": True}
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
@@ -41,33 +38,6 @@ def served_requests(appliance: Served) -> float:
     except ApiError:
         return 0.0
     return sample.counters.get("vllm:request_success", 0.0)
-
-
-class ClosedLoop:
-    """`streams` clients, each sending the next request when its last one is answered."""
-
-    def __init__(self, url: str, streams: int) -> None:
-        self.url, self.outcomes, self._stop = url, Counter[str](), threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=120.0, headers=AUTH) as http:
-            while not self._stop.is_set():
-                try:
-                    reply = http.post("/v1/completions", json=BODY)
-                    self.outcomes["ok" if reply.status_code == 200 else f"http {reply.status_code}"] += 1
-                except httpx.HTTPError as error:
-                    self.outcomes[type(error).__name__] += 1
-
-    def __enter__(self) -> ClosedLoop:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=150)
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -113,7 +83,7 @@ def test_a_drain_and_a_restart_behind_the_gateway_lose_no_request(
     a, b, url, config = gateway_pair
     assert "check addr 127.0.0.1" in config.read_text()
     before_a, before_b = served_requests(a), served_requests(b)  # both served other tests first
-    with ClosedLoop(url, streams=4) as load:
+    with ClosedLoop(url, streams=4, headers=AUTH) as load:
         wait_until(lambda: served_requests(a) >= before_a + 5 and served_requests(b) >= before_b + 5)  # in rotation
         assert a.control("POST", "/drain").status_code == 202
         a.wait_for("stopped", timeout=300)  # the engine's worker took 110 s to exit after SIGKILL here once
