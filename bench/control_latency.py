@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from appliance.loadtest.stats import distribution
 from tests.appliance_process import READ_ONLY_EXTRA, ClosedLoop, running_appliance
 
 
@@ -34,10 +35,8 @@ class Window:
     completions: int
 
     def row(self) -> str:
-        ordered = sorted(self.latencies)
-        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-        median, worst = statistics.median(ordered) * 1000, ordered[-1] * 1000
-        return (f"{self.name:<22} {len(ordered):>5} {median:>9.1f} {p99 * 1000:>9.1f} {worst:>9.1f} "
+        ms = distribution(self.latencies)  # the load tester's summary, in milliseconds
+        return (f"{self.name:<22} {ms.count:>5} {ms.p50:>9.1f} {ms.p99:>9.1f} {ms.max:>9.1f} "
                 f"{self.on_cpu:>8.1%} {self.run_queue:>10.1%} {self.completions:>7}")  # fmt: skip
 
 
