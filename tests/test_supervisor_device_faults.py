@@ -57,11 +57,11 @@ async def test_a_fault_line_ends_a_boot_that_would_have_waited_out_its_budget(tm
     plan = replace(fake_plan(tmp_path, ready_timeout_s=600.0), argv=(sys.executable, str(REPLAY_ENGINE), str(recorded)))
     log = EngineLog(tmp_path / "logs")
     sup = EngineSupervisor(plan, log)
+    pids: list[int] = []  # the engine's, taken at its first change (it may be gone before a poll would see it)
+    sup.subscribe(lambda _: pids.extend([pid] if (pid := sup.snapshot().pid) and not pids else []))
     run = asyncio.create_task(sup.run())
     started = time.monotonic()
     try:
-        while (pid := sup.snapshot().pid) is None:
-            await asyncio.sleep(0.01)
         await wait_for(sup, EngineState.FAILED, timeout=60)
         took = time.monotonic() - started
     finally:
@@ -74,7 +74,7 @@ async def test_a_fault_line_ends_a_boot_that_would_have_waited_out_its_budget(tm
         "the ethernet fabric handshake timed out on device 3"
     )
     assert "tt-smi -r" in snap.last_error and snap.restarts == 0
-    assert group_gone(pid)  # the still-running "device init" was killed, not left holding the board
+    assert pids and group_gone(pids[0])  # the still-running "device init" was killed, not left holding the board
 
 
 async def test_reset_once_resets_the_boards_retries_and_then_quarantines(tmp_path: Path) -> None:
