@@ -25,7 +25,7 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -102,18 +102,20 @@ def cached(
     *,
     facts: Sequence[str] = (),
     per_key: bool = False,
+    trusted: Collection[type] = (),
 ) -> T:
     """`build()`'s result for `sources` as parsed by the modules `code` names: from the cache when its key matches.
 
     `facts` are the other inputs `build` depends on (overrides, environment values), keyed as given. One
     entry per kind is kept, unless `per_key`: then one per key (a composition per override set).
+    `trusted`: the classes other than those dataclasses that reading the entry back may construct.
     A result is stored only when `build` returns; its errors (a malformed file) are raised every time.
     """
     key = cache_key(sources, code, facts)
     if key is None:
         return build()
     path = cache_root() / "data" / (f"{kind}/{key[:32]}.pickle" if per_key else f"{kind}.pickle")
-    hit = _read(path, key, code, expected)
+    hit = _read(path, key, code, trusted, expected)
     if hit is not None:
         return hit
     value = build()
@@ -161,23 +163,28 @@ def _module_file(name: str) -> Path | None:
 
 
 class _Unpickler(pickle.Unpickler):
-    """Constructs only dataclasses of the allowed modules already imported: a foreign pickle cannot run code."""
+    """Constructs only dataclasses of the allowed modules already imported, and the trusted classes named:
+    a foreign pickle cannot run code."""
 
-    def __init__(self, file: Any, allowed: Sequence[str]) -> None:
+    def __init__(self, file: Any, allowed: Sequence[str], trusted: Collection[type]) -> None:
         super().__init__(file)
         self.allowed = frozenset(allowed)
+        self.trusted = frozenset(trusted)
 
     def find_class(self, module: str, name: str) -> Any:
         found = super().find_class(module, name) if module in self.allowed and module in sys.modules else None
-        if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+        if isinstance(found, type) and dataclasses.is_dataclass(found):
+            return found
+        trusted = next((t for t in self.trusted if (t.__module__, t.__qualname__) == (module, name)), None)
+        if trusted is None:
             raise pickle.UnpicklingError(f"{module}.{name} is not a dataclass of {sorted(self.allowed)}")
-        return found
+        return trusted
 
 
-def _read(path: Path, key: str, code: Sequence[str], expected: type[T]) -> T | None:
+def _read(path: Path, key: str, code: Sequence[str], trusted: Collection[type], expected: type[T]) -> T | None:
     try:
         with path.open("rb") as file:
-            stored = _Unpickler(file, code).load()
+            stored = _Unpickler(file, code, trusted).load()
     except FileNotFoundError:
         return None
     except Exception as err:  # any damage to the file (truncated, foreign, garbage) means: rebuild it

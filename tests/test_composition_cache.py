@@ -10,6 +10,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from appliance.errors import ConfigError
 from appliance.resources import conf_dir
 
 from .helpers import Cli
+from .test_data_cache import Payload
 from .test_secret_values import TOKENS
 
 VERDICT = ("+model=llama", "mesh=n150", "serving.max_context=131072")
@@ -211,3 +213,39 @@ def test_a_warm_verdict_imports_neither_hydra_nor_pydantic_nor_yaml(tmp_path: Pa
     assert runs[0].stdout.splitlines()[-1] == "0 ['hydra', 'omegaconf', 'pydantic', 'yaml']"
     assert runs[1].stdout.splitlines()[-1] == "0 []"
     assert runs[0].stderr == runs[1].stderr
+
+
+def test_an_unseen_value_override_reuses_its_group_selections_merge_and_the_schema_s_validator(tmp_path: Path) -> None:
+    """An operator's next edit, in fresh interpreters: Hydra's override step on the cached merge, no pydantic import.
+
+    Its verdict is the one an empty cache gives (tests/test_value_overrides.py checks the trees themselves).
+    """
+    probe = (
+        "import sys\nfrom appliance.cli.main import main\n"
+        "code = main(['plan', '--json', '+model=llama', 'mesh=n150', f'serving.port={sys.argv[1]}'])\n"
+        "print(code, 'pydantic' in sys.modules)\n"
+    )
+
+    def plan(port: int) -> subprocess.CompletedProcess[str]:
+        env = os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}  # the plan shows paths under it
+        return subprocess.run([sys.executable, "-c", probe, str(port)], capture_output=True, text=True, env=env,
+                              check=False)  # fmt: skip
+
+    cold = plan(8102)
+    shutil.rmtree(tmp_path / "cache")
+    first, unseen = plan(8101), plan(8102)
+    data = tmp_path / "cache" / "data"
+    assert first.stdout.splitlines()[-1] == "0 True" and unseen.stdout.splitlines()[-1] == "0 False"
+    assert len(kept(data / "compose")) == 2 and len(kept(data / "merged")) == 1
+    verdict = unseen.stdout.rsplit("\n", 2)[0]  # the plan, without the probe's line
+    assert (verdict, unseen.stderr) == (cold.stdout.rsplit("\n", 2)[0], cold.stderr) and '"port": 8102' in verdict
+
+
+def test_a_foreign_pickle_in_the_validator_s_entry_runs_nothing(entries: Path, tmp_path: Path) -> None:
+    expected = compose_config(["mesh=cpu"])
+    marker = tmp_path / "ran"
+    (entries.parent / "validator-ApplianceConfig.pickle").write_bytes(pickle.dumps(("key", Payload(marker))))
+    assert compose_config(["mesh=cpu", "serving.port=8101"]).config == replace(
+        expected.config, serving=replace(expected.config.serving, port=8101)
+    )
+    assert not marker.exists()

@@ -66,7 +66,7 @@ def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache: Path, models: Path
     assert isinstance(key, str) and value == dict(expected.families)
 
 
-class _Payload:
+class Payload:
     """A pickle that would run a command when loaded by a plain unpickler."""
 
     def __init__(self, marker: Path) -> None:
@@ -79,7 +79,7 @@ class _Payload:
 def test_a_foreign_pickle_in_the_cache_runs_nothing(cache: Path, models: Path, tmp_path: Path) -> None:
     expected = load_matrix(models)
     marker = tmp_path / "ran"
-    (cache / "matrix.pickle").write_bytes(pickle.dumps(("key", _Payload(marker))))
+    (cache / "matrix.pickle").write_bytes(pickle.dumps(("key", Payload(marker))))
     assert load_matrix(models) == expected
     assert not marker.exists()
 

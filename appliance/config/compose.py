@@ -1,9 +1,11 @@
 """Compose conf/ with Hydra's compose API and parse the result into an ApplianceConfig.
 
-This is the only module that touches Hydra or OmegaConf. Everything it returns is plain,
-frozen data, so the later stages never see a DictConfig and mistakes surface here together,
-each with its dotted key. A composition that passed is cached on disk by every input that decides
-it (config/composition_cache.py): a warm call imports neither Hydra nor the config schema's adapter.
+This module and config/value_overrides.py are the only ones that touch Hydra or OmegaConf. Everything
+they return is plain, frozen data, so the later stages never see a DictConfig and mistakes surface
+here together, each with its dotted key. A composition that passed is cached on disk by every input
+that decides it (config/composition_cache.py): a warm call imports neither Hydra nor the config
+schema's adapter. Below that, the merge of the group selections alone is cached too (unresolved), so
+an override set the cache has not seen but whose group choices it has runs only Hydra's override step.
 """
 
 from __future__ import annotations
@@ -19,24 +21,26 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from appliance.config.composition_cache import CODE, cached_composition
 from appliance.config.constraints import check_constraints
 from appliance.config.problems import hydra_problem, problem, schema_problem
 from appliance.config.schema import ApplianceConfig, ComposedConfig, MeshConfig
 from appliance.config.secrets import find_secrets
+from appliance.config.value_overrides import apply_value_overrides, split_overrides
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError
 from appliance.resources import conf_dir
 
 if TYPE_CHECKING:
-    from pydantic import TypeAdapter
+    from pydantic_core import SchemaValidator
 
 __all__ = [
     "CONF_DIR",
     "GROUPS",
     "compose_config",
+    "compose_tree",
     "composition_inputs",
     "defaults_choices",
     "group_options",
@@ -52,6 +56,14 @@ _GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
 _OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
 _OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env|engine\.secret_env)\.[^=]+=)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Merged:
+    """Hydra's merge of the group selections and the options it chose: plain data, interpolations unresolved."""
+
+    tree: dict[str, Any]
+    choices: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +98,15 @@ def compose_config(
 
 def _composition(normalized: tuple[str, ...], site_dir: Path | None, host_file: Path | None) -> _Composition:
     """Compose with Hydra, scan for secrets, parse into the schema and check the constraints."""
-    from pydantic import ValidationError  # local: a cached composition never parses
+    from pydantic_core import ValidationError  # local: a cached composition never parses
 
     with _extra_root(site_dir, host_file) as extra_root:
-        raw, choices = _compose(normalized, extra_root)
+        raw, choices = compose_tree(normalized, site_dir, host_file, extra_root)
         provenance = _provenance(choices, normalized, extra_root)
     if secrets := find_secrets(raw, provenance):
         raise ConfigError(tuple(secrets))  # before parsing: a type error would echo the value
     try:
-        config = _adapter(ApplianceConfig).validate_python(raw)
+        config = _validator(ApplianceConfig).validate_python(raw)
     except ValidationError as err:
         raise ConfigError(tuple(schema_problem(e, choices) for e in err.errors())) from None
     if problems := check_constraints(config):
@@ -104,11 +116,23 @@ def _composition(normalized: tuple[str, ...], site_dir: Path | None, host_file: 
 
 
 @cache
-def _adapter(shape: type[Any]) -> TypeAdapter[Any]:
-    """Built on first use (about 0.15 s for the whole config): a cached composition never needs it."""
-    from pydantic import TypeAdapter
+def _validator(shape: type[Any]) -> SchemaValidator:
+    """`shape`'s compiled validator, kept in the data cache: pydantic-core pickles it as its core schema.
 
-    return TypeAdapter(shape)
+    Building it costs more than validating: pydantic's import, its plugin lookup over every installed
+    package and its schema generation (about 0.1 s for the whole config), against 2 ms to read it back.
+    The key is the schema's and pydantic's source. Where a pydantic plugin wraps the validator, the
+    wrapper is never read back (the read wants a bare SchemaValidator): it is rebuilt each time.
+    """
+    from pydantic_core import SchemaValidator
+
+    def build() -> SchemaValidator:
+        from pydantic import TypeAdapter
+
+        return cast("SchemaValidator", TypeAdapter(shape).validator)  # a plugin's wrapper: see above
+
+    kind = f"validator-{shape.__name__}"
+    return cached(kind, [], CODE, build, SchemaValidator, trusted=(SchemaValidator, dict))
 
 
 def composition_inputs(
@@ -177,8 +201,8 @@ def mesh_catalog() -> dict[str, MeshConfig]:
 
 
 def _mesh_catalog(paths: Sequence[Path]) -> dict[str, MeshConfig]:
-    adapter: TypeAdapter[MeshConfig] = _adapter(MeshConfig)
-    meshes = {path.stem: adapter.validate_python(_load_yaml(path)) for path in paths}
+    validator = _validator(MeshConfig)
+    meshes: dict[str, MeshConfig] = {path.stem: validator.validate_python(_load_yaml(path)) for path in paths}
     return {name: mesh for name, mesh in meshes.items() if mesh.arch != "auto"}
 
 
@@ -207,27 +231,43 @@ def _extra_root(site_dir: Path | None, host_file: Path | None) -> Iterator[Path 
         yield root
 
 
-def _compose(overrides: tuple[str, ...], extra_root: Path | None) -> tuple[dict[str, Any], dict[str, str]]:
-    # Hydra and OmegaConf are imported here, not at the top: a cached composition never loads them.
+def compose_tree(
+    normalized: tuple[str, ...], site_dir: Path | None, host_file: Path | None, extra_root: Path | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Hydra's composition of `normalized`, resolved, and the group choices it made."""
+    # Hydra and OmegaConf are imported in these steps, not at the top: a cached composition never loads them.
     import yaml
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    search = [f"hydra.searchpath=[file://{extra_root}]"] if extra_root else []
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[*search, *overrides], return_hydra_config=True)
-        choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
-        with open_dict(cfg):
-            del cfg["hydra"]
-        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        first, values = split_overrides(normalized, _search_path_groups(extra_root))
+        merged = cached_composition("merged", first, site_dir, host_file, lambda: _merge(first, extra_root), _Merged)
+        return apply_value_overrides(merged.tree, values), merged.choices
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
         # Hydra raises a bare ValueError for some malformed group overrides (e.g. `mesh=0`).
         raise ConfigError((hydra_problem(err),)) from None
-    assert isinstance(raw, dict)  # a composed root is always a mapping
-    return {str(k): v for k, v in raw.items()}, choices
+
+
+def _merge(overrides: tuple[str, ...], extra_root: Path | None) -> _Merged:
+    """Hydra's composition of `overrides`, without its own node and unresolved, and its group choices."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    search = [f"hydra.searchpath=[file://{extra_root}]"] if extra_root else []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*search, *overrides], return_hydra_config=True)
+    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(tree, dict)  # a composed root is always a mapping
+    return _Merged(tree={str(k): v for k, v in tree.items()}, choices=choices)
+
+
+def _search_path_groups(extra_root: Path | None) -> set[str]:
+    """The config groups of the search path's folders (Hydra's own are all under `hydra`)."""
+    return {p.name for root in (CONF_DIR, extra_root) if root is not None for p in root.iterdir() if p.is_dir()}
 
 
 def _provenance(choices: Mapping[str, str], overrides: tuple[str, ...], extra_root: Path | None) -> dict[str, str]:
