@@ -39,7 +39,8 @@ def numeric_fields() -> Iterator[tuple[str, type, list[object]]]:
                 inner = next(a for a in typing.get_args(inner) if a is not type(None))  # `X | None`
             base = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Annotated else inner
             if base in (int, float):
-                yield f"{section}.{f.name}", base, list(getattr(inner, "__metadata__", ()))
+                # each Bound yields annotated_types' own Ge/Gt/Le, the objects pydantic applies
+                yield f"{section}.{f.name}", base, [b for bound in getattr(inner, "__metadata__", ()) for b in bound]
 
 
 FIELDS = list(numeric_fields())

@@ -34,8 +34,8 @@ T = TypeVar("T")
 
 CODE = (
     "appliance.config.compose", "appliance.config.composition_cache", "appliance.config.choices",
-    "appliance.config.problems", "appliance.config.secrets", "appliance.config.schema", "appliance.config.constraints",
-    "appliance.config.value_overrides",
+    "appliance.config.problems", "appliance.config.secrets", "appliance.config.schema", "appliance.config.bounds",
+    "appliance.config.constraints", "appliance.config.value_overrides",
     "appliance.data_files", "appliance.resources",
     "hydra", "omegaconf.version", "yaml", "pydantic.version", "annotated_types",
 )  # fmt: skip

@@ -6,11 +6,11 @@ so they say what a key means to an operator, not how the code uses it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from annotated_types import BaseMetadata, Ge, GroupedMetadata, Gt, Le, MinLen
+from appliance.config.bounds import Bound
 
 if TYPE_CHECKING:  # pydantic is imported where a schema is built: a cached composition is read back without it
     from pydantic import ConfigDict
@@ -45,26 +45,12 @@ _STRICT: ConfigDict = {"extra": "forbid"}
 _STRICT_TEXT: ConfigDict = {**_STRICT, "coerce_numbers_to_str": True}
 
 # The range of every value, enforced when a composition is parsed (tests/test_schema_ranges.py walks them).
-Port = Annotated[int, Ge(1), Le(65535)]
-Seconds = Annotated[float, Gt(0)]
-Count = Annotated[int, Ge(1)]
-Share = Annotated[float, Ge(0), Le(1)]
-Name = Annotated[str, MinLen(1)]
-
-
-@dataclass(frozen=True)
-class _Pattern(GroupedMetadata):
-    """pydantic's `StringConstraints(pattern=...)`, made only when a schema is built (then the same constraint)."""
-
-    pattern: str
-
-    def __iter__(self) -> Iterator[BaseMetadata]:
-        from pydantic import StringConstraints
-
-        yield from StringConstraints(pattern=self.pattern)
-
-
-EnvName = Annotated[str, _Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Port = Annotated[int, Bound(ge=1, le=65535)]
+Seconds = Annotated[float, Bound(gt=0)]
+Count = Annotated[int, Bound(ge=1)]
+Share = Annotated[float, Bound(ge=0, le=1)]
+Name = Annotated[str, Bound(min_length=1)]
+EnvName = Annotated[str, Bound(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +75,9 @@ class MeshConfig:
     """The conf/mesh option this came from; the matrix is keyed by it."""
     arch: Literal["wormhole", "blackhole", "cpu", "auto"]
     """Chip architecture."""
-    chips: Annotated[int, Ge(0)]
+    chips: Annotated[int, Bound(ge=0)]
     """Number of chips the mesh spans."""
-    boards: Annotated[int, Ge(0)]
+    boards: Annotated[int, Bound(ge=0)]
     """Number of boards (PCIe cards or Galaxy trays) the mesh spans."""
     board_name: str | None
     """Board type as tt-smi and the Kubernetes DRA driver report it (n150, n300, p150, ...)."""
@@ -199,13 +185,13 @@ class SupervisorConfig:
     shutdown_timeout_s passed) before its process group is SIGKILLed."""
     shutdown_timeout_s: Seconds = 60.0
     """How long a drain waits for in-flight requests before stopping anyway."""
-    max_restarts: Annotated[int, Ge(0)] = 5
+    max_restarts: Annotated[int, Bound(ge=0)] = 5
     """Crash restarts allowed before the appliance stays failed."""
     backoff_initial_s: Seconds = 1.0
     """First restart delay; doubles per consecutive crash."""
     backoff_max_s: Seconds = 30.0
     """Cap on the restart delay."""
-    deregister_s: Annotated[float, Ge(0)] = 0.0
+    deregister_s: Annotated[float, Bound(ge=0)] = 0.0
     """Seconds between readiness turning 503 (a drain, restart or stop begins) and the engine being told to
     stop accepting: time for load balancers to take the appliance out of rotation."""
     on_device_fault: Literal["fail", "reset_once"] = "fail"
@@ -251,7 +237,7 @@ class LengthDistribution:
     """Shape of the distribution of token counts."""
     mean: Count = 128
     """Mean token count (the value itself for `fixed`)."""
-    std: Annotated[float, Ge(0)] = 0.0
+    std: Annotated[float, Bound(ge=0)] = 0.0
     """Standard deviation for `normal`/`lognormal` (in tokens)."""
     min: Count = 1
     """Lower clamp (and lower bound for `uniform`)."""
@@ -269,7 +255,7 @@ class WorkloadConfig:
     """Workload name (the conf/workload option)."""
     arrival: Literal["poisson", "concurrency"] = "concurrency"
     """Open loop with Poisson arrivals at `rate_per_s`, or a closed loop of `concurrency` streams."""
-    rate_per_s: Annotated[float, Gt(0)] = 1.0
+    rate_per_s: Annotated[float, Bound(gt=0)] = 1.0
     """Mean arrival rate for `poisson`."""
     concurrency: Count = 4
     """Concurrent streams for `concurrency`."""
@@ -289,17 +275,17 @@ class WorkloadConfig:
     """Share of requests with presence/frequency/repetition penalties."""
     shared_prefix_share: Share = 0.0
     """Share of requests starting with a common prefix (prefix-cache friendly)."""
-    shared_prefix_tokens: Annotated[int, Ge(0)] = 0
+    shared_prefix_tokens: Annotated[int, Bound(ge=0)] = 0
     """Length of that common prefix."""
-    slo_ttft_ms: Annotated[float, Gt(0)] = 2000.0
+    slo_ttft_ms: Annotated[float, Bound(gt=0)] = 2000.0
     """Goodput SLO: time to first token."""
-    slo_itl_ms: Annotated[float, Gt(0)] = 200.0
+    slo_itl_ms: Annotated[float, Bound(gt=0)] = 200.0
     """Goodput SLO: mean inter-token latency of a request."""
-    seed: Annotated[int, Ge(0)] = 0
+    seed: Annotated[int, Bound(ge=0)] = 0
     """Seed for arrivals, lengths and feature draws (a workload replays identically)."""
     max_requests: Count = 200
     """Upper bound on requests sent in one run (`loadtest --max-requests` overrides it)."""
-    duration_s: Annotated[float, Gt(0)] = 60.0
+    duration_s: Annotated[float, Bound(gt=0)] = 60.0
     """Window in which requests are sent (`loadtest --duration` overrides it); in-flight ones may finish."""
 
 

@@ -17,10 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from annotated_types import Ge, MinLen
-
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.resolve import resolve_config
+from appliance.config.bounds import Bound
 from appliance.config.compose import COMMAND_LINE
 from appliance.config.schema import ComposedConfig
 from appliance.data_files import parse_yaml
@@ -47,7 +46,7 @@ _STRICT: ConfigDict = {"extra": "forbid"}  # docstrings unparsed, as in config/s
 _CHOICE = re.compile(r"^\+?slots=(?P<name>.*)$")
 _SLOT_KEY = re.compile(r"^(?P<plus>\+{0,2})slots\.(?P<slot>[A-Za-z0-9_-]+)\.(?P<rest>.+)$")
 _SLOT_NAME = r"^[a-z0-9][a-z0-9-]{0,30}$"  # a DNS label part: it names k8s resources and log dirs
-Index = Annotated[int, Ge(0)]
+Index = Annotated[int, Bound(ge=0)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +67,9 @@ class SlotSpec:
 class SlotsFile:
     __pydantic_config__ = _STRICT
 
-    host: Annotated[str, MinLen(1)]
+    host: Annotated[str, Bound(min_length=1)]
     """The conf/mesh option of the whole host (t3k, galaxy, cpu): what the slots divide."""
-    slots: Annotated[Mapping[Annotated[str, MinLen(1)], SlotSpec], MinLen(1)]
+    slots: Annotated[Mapping[Annotated[str, Bound(min_length=1)], SlotSpec], Bound(min_length=1)]
     """Slot name -> its deployment, in the order they are planned and shown."""
     name: str = ""
     """The option name (set on loading)."""
