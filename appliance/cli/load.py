@@ -64,7 +64,7 @@ class _LoadProgressBar:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err)  # fmt: skip
+                             TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err.console)  # fmt: skip
         self.console = self._bar.console
         self._bar.__enter__()
         self._task = self._bar.add_task("starting", total=None, detail="")
