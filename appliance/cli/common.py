@@ -41,7 +41,9 @@ class Output:
 
     def print(self, *objects: object, markup: bool | None = None, end: str = "\n", **options: Any) -> None:
         if markup is False and not options and all(isinstance(o, str) for o in objects):
-            (sys.stderr if self._stderr else sys.stdout).write(" ".join(map(str, objects)) + end)
+            stream = sys.stderr if self._stderr else sys.stdout
+            stream.write(" ".join(map(str, objects)) + end)
+            stream.flush()  # as rich does: lines on stdout and stderr keep their order in one pipe
         else:
             self.console.print(*objects, markup=markup, end=end, **options)
 
