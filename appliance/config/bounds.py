@@ -42,7 +42,3 @@ class Bound:
 
             yield from StringConstraints(pattern=self._pattern)
         yield from annotated_types.Interval(**self._interval)
-
-    def __repr__(self) -> str:
-        given = {**self._interval, "min_length": self._min_length, "pattern": self._pattern}
-        return f"Bound({', '.join(f'{name}={value!r}' for name, value in given.items() if value is not None)})"
