@@ -233,10 +233,14 @@ def test_an_unseen_value_override_reuses_its_group_selections_merge_and_the_sche
 
     cold = plan(8102)
     shutil.rmtree(tmp_path / "cache")
-    first, unseen = plan(8101), plan(8102)
     data = tmp_path / "cache" / "data"
+    first = plan(8101)
+    (merge,) = kept(data / "merged")
+    written = merge.stat()
+    unseen = plan(8102)
     assert first.stdout.splitlines()[-1] == "0 True" and unseen.stdout.splitlines()[-1] == "0 False"
-    assert len(kept(data / "compose")) == 2 and len(kept(data / "merged")) == 1
+    assert len(kept(data / "compose")) == 2 and kept(data / "merged") == {merge}
+    assert (merge.stat().st_ino, merge.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # read, not rebuilt
     verdict = unseen.stdout.rsplit("\n", 2)[0]  # the plan, without the probe's line
     assert (verdict, unseen.stderr) == (cold.stdout.rsplit("\n", 2)[0], cold.stderr) and '"port": 8102' in verdict
 

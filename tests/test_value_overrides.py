@@ -62,10 +62,11 @@ def whole(normalized: tuple[str, ...], extra_root: Path | None) -> Outcome:
 
 def in_two_steps(normalized: tuple[str, ...], site_dir: Path | None, extra_root: Path | None) -> Outcome:
     try:
-        return compose_tree(normalized, site_dir, None, extra_root)
+        raw, choices, _ = compose_tree(normalized, site_dir, None, extra_root)
     except ConfigError as err:
         (only,) = err.problems
         return only.render()
+    return raw, choices
 
 
 def same_both_ways(overrides: list[str], site_dir: Path | None = None, extra_root: Path | None = None) -> Outcome:

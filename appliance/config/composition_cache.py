@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,12 +55,16 @@ def cached_composition(
     host_file: Path | None,
     build: Callable[[], T],
     expected: type[T],
+    trusted: Collection[type] = (),
 ) -> T:
-    """`build()`'s result for this composition's inputs: from the cache when every input is as it was."""
+    """`build()`'s result for this composition's inputs: from the cache when every input is as it was.
+
+    `trusted`: the classes beside the project's dataclasses that reading the entry back may construct.
+    """
     inputs = _inputs(normalized, site_dir, host_file, None)
     if inputs is None:
         return build()
-    return cached(kind, inputs[0], CODE, build, expected, facts=inputs[1], per_key=True)
+    return cached(kind, inputs[0], CODE, build, expected, facts=inputs[1], per_key=True, trusted=trusted)
 
 
 def composition_key(

@@ -20,12 +20,16 @@ step, which is then exact by construction.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
+    from omegaconf import DictConfig
 
-__all__ = ["apply_value_overrides", "split_overrides"]
+# A tree's metadata names typing.Any as its key and element type (a class since Python 3.11).
+_ANY = cast("type", Any)
+
+__all__ = ["apply_value_overrides", "split_overrides", "tree_classes"]
 
 
 def split_overrides(normalized: Sequence[str], groups: Collection[str]) -> tuple[tuple[str, ...], list[Override]]:
@@ -47,17 +51,26 @@ def split_overrides(normalized: Sequence[str], groups: Collection[str]) -> tuple
     return first, [o for o, value in zip(parsed, applied, strict=True) if value]
 
 
-def apply_value_overrides(tree: dict[str, Any], values: Sequence[Override]) -> dict[str, Any]:
-    """`values` applied to a merged, unresolved tree as Hydra applies them, then resolved."""
+def apply_value_overrides(cfg: DictConfig, values: Sequence[Override]) -> dict[str, Any]:
+    """`values` applied to a merged, unresolved tree (changed in place) as Hydra applies them, then resolved."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create(tree)
     OmegaConf.set_struct(cfg, True)  # as Hydra sets it before its override step
     ConfigLoaderImpl._apply_overrides_to_config(list(values), cfg)
     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert isinstance(raw, dict)  # a composed root is always a mapping
     return {str(k): v for k, v in raw.items()}
+
+
+def tree_classes() -> tuple[type, ...]:
+    """What a pickled OmegaConf tree of plain data is made of: the classes reading a kept merge may construct."""
+    from collections import defaultdict
+
+    from omegaconf import AnyNode, DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+
+    return (DictConfig, ListConfig, AnyNode, ContainerMetadata, Metadata, defaultdict, dict, list, int, _ANY)
 
 
 def _is_value(override: Override, groups: Collection[str]) -> bool:
