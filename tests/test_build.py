@@ -22,10 +22,10 @@ LOCK = BUILD_DIR / "cpu" / "requirements.lock"
 
 
 def locked() -> dict[str, tuple[str, list[str]]]:
-    """name -> (version, hashes) from requirements.lock."""
+    """name -> (version, hashes) from requirements.lock (`uvicorn[standard]==…` is uvicorn's entry)."""
     entries: dict[str, tuple[str, list[str]]] = {}
     for block in re.split(r"\n(?=\S)", LOCK.read_text()):
-        if match := re.match(r"([A-Za-z0-9_.-]+)==(\S+)", block):
+        if match := re.match(r"([A-Za-z0-9_.-]+)(?:\[[\w,.-]+\])?==(\S+)", block):
             name = re.sub(r"[-_.]+", "-", match[1]).lower()
             entries[name] = (match[2], re.findall(r"--hash=sha256:([0-9a-f]{64})", block))
     return entries
@@ -43,6 +43,17 @@ def test_the_lock_holds_exactly_the_pins_plus_the_transient_packages_each_with_h
     assert {name: version for name, (version, _) in entries.items()} == wanted
     assert all(hashes for _, hashes in entries.values())
     assert sorted(transient) == sorted(pins.removed)
+
+
+def test_a_package_locked_with_extras_is_locked_plain_too_with_the_same_hashes() -> None:
+    """pip takes `uvicorn[standard]` and `uvicorn` as two requirements: --require-hashes needs both pinned."""
+    blocks = re.split(r"\n(?=\S)", LOCK.read_text())
+    entries = {
+        m[1]: (m[2], re.findall(r"--hash=sha256:(\w{64})", b)) for b in blocks if (m := re.match(r"(\S+?)==(\S+)", b))
+    }
+    with_extras = {name: entry for name, entry in entries.items() if "[" in name}
+    assert "uvicorn[standard]" in with_extras
+    assert all(entries.get(name.partition("[")[0]) == entry for name, entry in with_extras.items())
 
 
 def write_one_entry_lock(path: Path, name: str, hashes: list[str]) -> None:
