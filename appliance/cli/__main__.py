@@ -2,6 +2,6 @@
 
 import sys
 
-from appliance.cli.main import main
+from appliance.cli.main import script
 
-sys.exit(main())
+sys.exit(script())
