@@ -15,6 +15,7 @@ Every request the served app receives is counted by path, so a test can see what
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import socket
@@ -22,8 +23,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -195,30 +196,56 @@ def recorded_appliance(
 
 @contextmanager
 def not_an_appliance() -> Iterator[str]:
-    """A real HTTP server whose GET /state answers JSON that is no appliance's."""
+    """A real HTTP server whose GET /state answers JSON that is no appliance's, and GET /load an error."""
 
     async def state(_: Request) -> Response:
         return JSONResponse({"hello": "world"})
 
-    with serving(Starlette(routes=[Route("/state", state)])) as url:
+    async def load(_: Request) -> Response:
+        return JSONResponse({"error": "boom"}, status_code=500)
+
+    with serving(Starlette(routes=[Route("/state", state), Route("/load", load)])) as url:
         yield url
+
+
+def _server(app: ASGIApp) -> tuple[uvicorn.Server, socket.socket]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)), sock
+
+
+def _url(sock: socket.socket) -> str:
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @contextmanager
 def serving(app: ASGIApp) -> Iterator[str]:
     """`app` served by uvicorn on a free loopback port, in a thread of its own, until the block ends."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
+    server, sock = _server(app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield _url(sock)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()
+
+
+@asynccontextmanager
+async def serving_here(app: ASGIApp) -> AsyncIterator[str]:
+    """`app` served by uvicorn on a free loopback port in the running event loop, until the block ends:
+    an app whose supervisor runs in the test's loop is served from that loop, as `appliance serve` does."""
+    server, sock = _server(app)
+    served = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not served.done():
+        await asyncio.sleep(0.01)
+    try:
+        yield _url(sock)
+    finally:
+        server.should_exit = True
+        await served
         sock.close()

@@ -1,17 +1,18 @@
 """Conditional polls and the one-request poll: the API's ETags and 304s, GET /live, the client that keeps
 what it was sent, the /load scrape that pollers share, and the console's poller.
 
-The API is the real create_app of the recorded appliance (tests/recorded_appliance.py) through
-httpx.ASGITransport; its recorded /state never changes and each /load scrapes the next recorded
-page, so an unchanged and a changed document can both be asked for. The older appliance is the
+The API is the real create_app of the recorded appliance (tests/recorded_appliance.py), asked
+through httpx.ASGITransport and, by the one client, over real HTTP; its recorded /state never
+changes and each /load scrapes the next recorded page, so an unchanged and a changed document
+can both be asked for. The older appliance is the
 same app with its ETag headers taken out on the way, as an appliance from before ETags sent, or
 with /live answering 404, as one from before /live.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from .recorded_appliance import (
     recorded_api,
     recorded_appliance,
     recorded_sources,
+    serving_here,
 )
 
 TOKEN = "conditional-test-token"
@@ -116,8 +118,11 @@ class Answers:
         await self.app(scope, receive, answer)
 
 
-def client_on(app: ASGIApp) -> ControlClient:
-    return ControlClient([Target("rec", "http://rec", TOKEN)], transport=httpx.ASGITransport(app=app))
+@asynccontextmanager
+async def client_on(app: ASGIApp) -> AsyncIterator[ControlClient]:
+    """The one client on `app`, served over real HTTP."""
+    async with serving_here(app) as url, ControlClient([Target("rec", url, TOKEN)]) as client:
+        yield client
 
 
 async def test_the_client_hands_out_the_document_it_kept_when_the_appliance_answers_304() -> None:

@@ -75,7 +75,7 @@ async def test_the_fleet_lists_every_appliance_and_keeps_unreachable_ones() -> N
                 "recorded-0", "recorded-1", "gone", "wrong-token"
             ]  # fmt: skip
             assert str(table.get_row(one_key(table, "gone"))[1]) == "unreachable"
-            assert "ConnectError" in str(table.get_row(one_key(table, "gone"))[7])
+            assert "ClientConnectorError" in str(table.get_row(one_key(table, "gone"))[7])
             assert "401" in str(table.get_row(one_key(table, "wrong-token"))[7])
             ready = table.get_row(one_key(table, "recorded-1"))
             assert str(ready[1]) == "ready" and "/16 · " in str(ready[4]) and str(ready[6]).endswith("%")

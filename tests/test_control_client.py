@@ -1,5 +1,5 @@
 """The one control-plane contract: documents served by the real API and parsed by the one client,
-through httpx.ASGITransport, and the client's one-line errors.
+over real HTTP, and the client's one-line errors.
 
 The API is the real create_app fed with the recorded appliance's captures (tests/recorded_appliance.py),
 so what it serves can be compared with what was recorded.
@@ -30,7 +30,15 @@ from appliance.control.documents import (
 from appliance.preflight.checks import check
 
 from .helpers import free_port
-from .recorded_appliance import HOST, STATE, RecordedApi, recorded_api, recorded_appliance
+from .recorded_appliance import (
+    HOST,
+    STATE,
+    RecordedApi,
+    not_an_appliance,
+    recorded_api,
+    recorded_appliance,
+    serving_here,
+)
 
 TOKEN = "client-test-token"
 CHECKS = (
@@ -52,7 +60,7 @@ def api() -> Iterator[RecordedApi]:
 
 @pytest.fixture
 async def client(api: RecordedApi) -> AsyncIterator[ControlClient]:
-    async with ControlClient([Target("rec", "http://rec", TOKEN)], transport=httpx.ASGITransport(app=api.app)) as c:
+    async with serving_here(api.app) as url, ControlClient([Target("rec", url, TOKEN)]) as c:
         yield c
 
 
@@ -71,8 +79,7 @@ async def test_host_and_checks_are_typed_as_served(client: ControlClient) -> Non
 
 async def test_checks_are_none_where_the_appliance_ran_none() -> None:
     with recorded_api(TOKEN) as recorded:
-        transport = httpx.ASGITransport(app=recorded.app)
-        async with ControlClient([Target("rec", "http://rec", TOKEN)], transport=transport) as client:
+        async with serving_here(recorded.app) as url, ControlClient([Target("rec", url, TOKEN)]) as client:
             assert await client.checks("rec") is None
 
 
@@ -130,27 +137,27 @@ async def reason_of(client: ControlClient, name: str, call: str) -> ApiError:
 
 
 async def test_each_failure_is_one_line_naming_the_appliance_and_the_reason(api: RecordedApi) -> None:
-    def odd(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/state":
-            return httpx.Response(200, json={"hello": "world"})
-        return httpx.Response(500, json={"error": "boom"})
-
-    asgi = httpx.ASGITransport(app=api.app)
     gone = Target("gone", f"http://127.0.0.1:{free_port()}", TOKEN)
-    async with (
-        ControlClient([Target("wrong", "http://rec", "not-the-token")], transport=asgi) as wrong,
-        ControlClient([Target("odd", "http://odd", TOKEN)], transport=httpx.MockTransport(odd)) as strange,
-        ControlClient([gone]) as unreachable,
-    ):
-        refused = await reason_of(wrong, "wrong", "state")
-        assert refused.reason == "401: wrong or missing control token (set its token_env or --token-file)"
-        assert refused.status == 401
-        assert (await reason_of(wrong, "wrong", "drain")).reason.startswith("drain refused, 401: wrong or missing")
-        assert (await reason_of(strange, "odd", "state")).reason.startswith("unexpected answer: ")
-        assert (await reason_of(strange, "odd", "load")).reason == "/load answered 500 boom"
-        lost = await reason_of(unreachable, "gone", "state")
-        assert lost.reason.startswith("unreachable: ConnectError") and lost.status is None
-        assert (await reason_of(unreachable, "gone", "drain")).reason.startswith("drain not sent, ConnectError")
+    with not_an_appliance() as odd:
+        async with (
+            serving_here(api.app) as url,
+            ControlClient([Target("wrong", url, "not-the-token")]) as wrong,
+            ControlClient([Target("odd", odd, TOKEN)]) as strange,
+            ControlClient([gone]) as unreachable,
+        ):
+            await each_failure_is_one_line(wrong, strange, unreachable)
+
+
+async def each_failure_is_one_line(wrong: ControlClient, strange: ControlClient, unreachable: ControlClient) -> None:
+    refused = await reason_of(wrong, "wrong", "state")
+    assert refused.reason == "401: wrong or missing control token (set its token_env or --token-file)"
+    assert refused.status == 401
+    assert (await reason_of(wrong, "wrong", "drain")).reason.startswith("drain refused, 401: wrong or missing")
+    assert (await reason_of(strange, "odd", "state")).reason.startswith("unexpected answer: ")
+    assert (await reason_of(strange, "odd", "load")).reason == "/load answered 500 boom"
+    lost = await reason_of(unreachable, "gone", "state")
+    assert lost.reason.startswith("unreachable: ClientConnectorError Cannot connect") and lost.status is None
+    assert (await reason_of(unreachable, "gone", "drain")).reason.startswith("drain not sent, ClientConnectorError")
 
 
 def test_status_reports_an_unreachable_appliance_in_one_line_and_exits_4(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
 from .helpers import fake_plan, free_port, wait_for
-from .recorded_appliance import LOG_LINES, PAGES, RecordedApi, recorded_api
+from .recorded_appliance import LOG_LINES, PAGES, RecordedApi, recorded_api, serving_here
 from .test_console_maths import FRESH
 
 TOKEN = "load-test-token"
@@ -35,8 +35,7 @@ async def watching(pages: Sequence[str] = PAGES, **plan: object) -> AsyncIterato
     """The recorded appliance's real API (its plan changed by `plan`) and a client on it."""
     with recorded_api(TOKEN, pages=pages) as api:
         api.supervisor.plan = replace(api.supervisor.plan, **plan)  # type: ignore[arg-type]  # read per request
-        transport = httpx.ASGITransport(app=api.app)
-        async with ControlClient([Target("rec", "http://rec", TOKEN)], transport=transport) as client:
+        async with serving_here(api.app) as url, ControlClient([Target("rec", url, TOKEN)]) as client:
             yield api, client
 
 
@@ -106,15 +105,15 @@ async def test_load_says_why_there_is_no_summary(tmp_path: Path) -> None:
     sup = EngineSupervisor(plan, log)
     run = asyncio.create_task(sup.run())
     down = EngineSupervisor(replace(plan, base_url=f"http://127.0.0.1:{free_port()}"), log)  # never started
-    apps = {"fake": create_app(sup, TOKEN), "down": create_app(down, TOKEN)}
-    clients = [ControlClient([Target(n, "http://control", TOKEN)], transport=httpx.ASGITransport(app=a))
-               for n, a in apps.items()]  # fmt: skip
     try:
-        await wait_for(sup, EngineState.READY)
-        load, gone = await clients[0].load("fake"), await clients[1].load("down")
+        async with (
+            serving_here(create_app(sup, TOKEN)) as fake,
+            serving_here(create_app(down, TOKEN)) as control,
+            ControlClient([Target("fake", fake, TOKEN), Target("down", control, TOKEN)]) as client,
+        ):
+            await wait_for(sup, EngineState.READY)
+            load, gone = await client.load("fake"), await client.load("down")
     finally:
-        for client in clients:
-            await client.aclose()
         sup.request("stop")
         await run
         log.close()
