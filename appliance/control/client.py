@@ -184,7 +184,7 @@ class SyncControlClient:
 
     def _reply(self, method: str, path: str, failed: str = _UNREACHABLE) -> _Reply:
         reply = self.request(method, path, failed)
-        return _Reply(reply.status_code, reply.request.url.path, reply.content, reply.headers.get("etag"))
+        return _Reply(reply.status_code, reply.request.url.path, reply.content)  # it polls nothing: no ETag kept
 
     def state(self) -> StateDocument:
         return _read(self.target, StateDocument, self._reply("GET", "/state"))
@@ -216,6 +216,7 @@ class _Reply:
     path: str
     body: bytes
     etag: str | None = None
+    """The async client keeps a document under it; the blocking one does not ask conditionally."""
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
