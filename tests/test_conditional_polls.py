@@ -4,9 +4,8 @@ what it was sent, the /load scrape that pollers share, and the console's poller.
 The API is the real create_app of the recorded appliance (tests/recorded_appliance.py), asked
 through httpx.ASGITransport and, by the one client, over real HTTP; its recorded /state never
 changes and each /load scrapes the next recorded page, so an unchanged and a changed document
-can both be asked for. The older appliance is the
-same app with its ETag headers taken out on the way, as an appliance from before ETags sent, or
-with /live answering 404, as one from before /live.
+can both be asked for. The older appliance is the same app with its ETag headers taken out on the
+way, as an appliance from before ETags sent, or with /live answering 404, as one from before /live.
 """
 
 from __future__ import annotations
