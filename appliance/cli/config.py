@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.cli.common import Command, composed_config, err, findings, out, validated_config
 from appliance.compat.fit import fit_of
@@ -13,6 +13,10 @@ from appliance.compat.validate import validate
 from appliance.config.compose import GROUPS, group_options
 from appliance.errors import ConfigError
 from appliance.slots.declare import slot_options, slots_choice
+
+if TYPE_CHECKING:
+    from appliance.engines.config_probe import EngineVerdict
+    from appliance.plan import LaunchPlan
 
 __all__ = ["register"]
 
@@ -55,6 +59,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     # Imported here: a verdict does not pay for the fleet and slots planners (issue 16).
     from appliance.cli.deploy import plan_all_sites
+    from appliance.cli.engine_verdict import print_verdict, refused, verdict_json
     from appliance.cli.slots import plan_slots
     from appliance.plan import build_plan
 
@@ -63,9 +68,34 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if slots_choice(args.overrides) is not None:
         return plan_slots(args)
     plan = build_plan(validated_config(args, load_matrix()))
+    verdict = _probe(plan) if args.probe else None
     if args.json:
-        out.print_json(data=plan.to_json())
+        out.print_json(data=plan.to_json() | ({"probe": verdict_json(verdict)} if verdict else {}))
+    else:
+        _print_plan(plan)
+    if verdict is None:
         return 0
+    if not args.json:
+        print_verdict(verdict)
+    if not verdict.accepted:
+        err.print(refused(verdict).problems[0].render(), markup=False)
+        return 2
+    return 0
+
+
+def _probe(plan: LaunchPlan) -> EngineVerdict:
+    """The engine's verdict, with the embedded model built first (the engine reads its config.json)."""
+    from appliance.cli.engine_verdict import ask_engine
+    from appliance.host import discover_host
+    from appliance.serve import ensure_model, preflight
+
+    host = discover_host()
+    preflight(plan, host)
+    ensure_model(plan)
+    return ask_engine(plan, host.boards if plan.engine == "tt" else (), Path(plan.state_dir) / "locks")
+
+
+def _print_plan(plan: LaunchPlan) -> None:
     for warning in plan.warnings:
         err.print(warning.render(), markup=False)
     out.print(f"# {plan.checkpoint} on {plan.mesh} (site {plan.site}, config {plan.config_hash})", markup=False)
@@ -76,7 +106,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         how = "set in this plan" if change.explicit else "the plugin's doing"
         out.print(f"# the plugin adjusts ({how}): {change.effect}", markup=False)
     out.print(plan.command_line(), markup=False)
-    return 0
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
@@ -133,6 +162,8 @@ def register(command: Command) -> None:
         cmd.add_argument("--against", metavar="vllm=X", help="judge under another recorded vllm-tt-plugin state")
         if name == "plan":
             cmd.add_argument("--all-sites", action="store_true", help="per site: what it would boot, or why not")
+            cmd.add_argument("--probe", action="store_true",
+                             help="also ask the engine's own config code (in its environment) before anything boots")  # fmt: skip
     matrix = command("matrix", _cmd_matrix)
     matrix.add_argument("--mesh")
     matrix.add_argument("--model", help="family or checkpoint")

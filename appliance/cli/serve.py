@@ -40,11 +40,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     with host_locks(plan, host):
         control = bind_control_socket(plan)
         ensure_model(plan)
+        if args.probe:
+            _engine_accepts(plan)
         token = control_token(plan)
         where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
         out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
         out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
         return asyncio.run(run_service(plan, token.value, control, checks))
+
+
+def _engine_accepts(plan: LaunchPlan) -> None:
+    """The engine's config code must accept the plan before it spawns: a refusal is exit 2, nothing started.
+
+    serve holds the device lock already, and the probe's process has exited before the engine opens a chip.
+    """
+    from appliance.cli.engine_verdict import ask_engine, print_verdict, refused
+
+    verdict = ask_engine(plan)
+    print_verdict(verdict)
+    if not verdict.accepted:
+        raise refused(verdict)
 
 
 def _announce(plan: LaunchPlan, description: str) -> None:
@@ -164,6 +179,8 @@ def register(command: Command) -> None:
     serve = command("serve", _cmd_serve)
     serve.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
     serve.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
+    serve.add_argument("--no-probe", dest="probe", action="store_false",
+                       help="boot without asking the engine's config code first")  # fmt: skip
     status = command("status", _cmd_status)
     drain = command("drain", _cmd_drain)
     for cmd in (status, drain):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from appliance.compat.states import Adjustment, PluginState
 from appliance.compat.validate import ValidatedConfig
 
-__all__ = ["PlannedAdjustment", "plugin_adjustments"]
+__all__ = ["PlannedAdjustment", "dropped_features", "plugin_adjustments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ def _applying(v: ValidatedConfig, state: PluginState) -> Iterator[PlannedAdjustm
             which = "does not declare" if rule.when.endswith("off") else "declares"
             effect = f"{effect} (if the class {which} supports_chunked_prefill: no record says so at the row's commit)"
         if key == "capability_drop":
-            effect = f"{effect}: {', '.join(_dropped(v))}"
+            effect = f"{effect}: {', '.join(dropped_features(v))}"
         yield PlannedAdjustment(key, effect, rule.log, rule.source, explicit, verified and rule.status == "verified")
 
 
@@ -66,10 +66,10 @@ def _when(v: ValidatedConfig, rule: Adjustment, chunked: bool | None) -> tuple[b
     if rule.when == "decode_interleave_default":
         keys = ("decode_interleave_enabled", "decode_interleave_prefill_steps", "decode_interleave_decode_steps")
         return not any(k in v.tt_options for k in keys), False, True
-    return bool(_dropped(v)), False, True
+    return bool(dropped_features(v)), False, True
 
 
-def _dropped(v: ValidatedConfig) -> list[str]:
+def dropped_features(v: ValidatedConfig) -> list[str]:
     """Features requested with features.strict=false that the class does not declare."""
     caps = v.capabilities
     if caps is None:

@@ -117,6 +117,8 @@ class EngineConfig:
     """Secret environment by name: engine variable -> the appliance's variable holding the value."""
     ready_timeout_s: Seconds = 600.0
     """Readiness budget: how long boot may take before the engine counts as failed."""
+    probe_timeout_s: Seconds = 300.0
+    """Bound on the config-time probe (the engine's own config code, run before boot): killed past it."""
     scheduler: Literal["default", "phased"] = "default"
     """default: the platform's own scheduler; phased: every step prefill-only or decode-only, prefill first,
     no chunked prefill (the Tenstorrent scheduling contract, emulated on the CPU engine)."""

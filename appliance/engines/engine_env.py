@@ -6,10 +6,13 @@ timeout: the appliance never imports vLLM, torch or ttnn itself, and a hung impo
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -22,7 +25,7 @@ from appliance.errors import LaunchError
 from appliance.host import Board, device_lock_name
 from appliance.resources import engine_plugins_dir
 
-__all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "probe_ttnn"]
+__all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "holding_devices", "probe_ttnn", "run_probe"]
 
 PROBE_SCRIPT = engine_plugins_dir() / "appliance_probe.py"
 MARKER = "@@appliance-probe@@ "
@@ -74,7 +77,7 @@ class TtnnProbe:
 
 def inspect_engine(python: str, timeout_s: float = 60.0) -> EngineEnv:
     """The engine environment's distributions and plugin entry points; LaunchError if it cannot be read."""
-    data = _run(python, "env", timeout_s)
+    data = run_probe(python, "env", timeout_s)
     providers = data.get("vllm_providers") or []
     return EngineEnv(
         interpreter=python,
@@ -94,21 +97,38 @@ def probe_ttnn(
 
     Counting opens the cluster, so it is skipped while another appliance owns the boards.
     """
-    if not boards or lock_dir is None:
+    with holding_devices(boards, lock_dir) as holder:
+        if holder is not None:
+            return TtnnProbe(python, imported=False, skipped=f"the devices are held by {holder}")
         return _count(python, timeout_s)
+
+
+@contextlib.contextmanager
+def holding_devices(boards: tuple[Board, ...], lock_dir: Path | None) -> Iterator[str | None]:
+    """Hold the boards' device lock for a probe that may open chips: yields None, or who holds them now.
+
+    Without boards or a lock directory (the caller holds the lock already, as `serve` does) nothing is taken.
+    """
+    if not boards or lock_dir is None:
+        yield None
+        return
     lock_dir.mkdir(parents=True, exist_ok=True)
     name = device_lock_name(boards)
     try:
-        with filelock.FileLock(lock_dir / f"{name}.lock", timeout=0):
-            return _count(python, timeout_s)
+        lock = filelock.FileLock(lock_dir / f"{name}.lock", timeout=0)
+        lock.acquire()
     except filelock.Timeout:
         owner = lock_dir / f"{name}.owner"
-        holder = owner.read_text().strip() if owner.is_file() else "another appliance"
-        return TtnnProbe(python, imported=False, skipped=f"the devices are held by {holder}")
+        yield owner.read_text().strip() if owner.is_file() else "another appliance"
+        return
+    try:
+        yield None
+    finally:
+        lock.release()
 
 
 def _count(python: str, timeout_s: float) -> TtnnProbe:
-    data = _run(python, "ttnn", timeout_s)
+    data = run_probe(python, "ttnn", timeout_s)
     return TtnnProbe(
         interpreter=python,
         imported=bool(data["imported"]),
@@ -119,22 +139,32 @@ def _count(python: str, timeout_s: float) -> TtnnProbe:
     )
 
 
-def _run(python: str, mode: str, timeout_s: float) -> dict[str, Any]:
+def run_probe(
+    python: str, mode: str, timeout_s: float, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run the probe script's `mode` in `python` and return its JSON result; LaunchError when it cannot.
+
+    With `env` the probe runs as the engine would (that environment, not isolated: PYTHONPATH holds engine-side
+    code); without, isolated (`-I`). It leads a process group, so a timeout kills whatever it started.
+    """
     if not Path(python).is_file():
         raise LaunchError(f"engine interpreter {python} does not exist")
+    flags = [] if env is not None else ["-I"]
     # ttnn writes reports relative to the working directory; keep them out of the caller's tree.
     with tempfile.TemporaryDirectory(prefix="appliance-probe-") as cwd:
-        try:
-            done = subprocess.run(
-                # absolute() and not resolve(): a venv's python is a symlink that must stay one.
-                [str(Path(python).absolute()), "-I", str(PROBE_SCRIPT), mode, MARKER],
-                capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s") from None
-    line = next((ln for ln in reversed(done.stdout.splitlines()) if ln.startswith(MARKER)), None)
+        # absolute() and not resolve(): a venv's python is a symlink that must stay one.
+        argv = [str(Path(python).absolute()), *flags, str(PROBE_SCRIPT), mode, MARKER, *args]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                              env=None if env is None else dict(env), start_new_session=True) as child:  # fmt: skip
+            try:
+                stdout, stderr = child.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.communicate()
+                raise LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s") from None
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
     if line is None:
-        tail = " ".join(done.stderr.split())[-300:]
-        raise LaunchError(f"{python}: the {mode} probe exited {done.returncode} without a result: {tail}")
+        tail = " ".join(stderr.split())[-300:]
+        raise LaunchError(f"{python}: the {mode} probe exited {child.returncode} without a result: {tail}")
     result: dict[str, Any] = json.loads(line[len(MARKER) :])
     return result

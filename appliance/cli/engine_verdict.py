@@ -1,0 +1,76 @@
+"""The engine's own verdict on a plan, as `plan --probe` and `serve` print it (engines/config_probe.py asks)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from appliance.cli.common import err, out
+from appliance.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from appliance.engines.config_probe import EngineVerdict
+    from appliance.host import Board
+    from appliance.plan import LaunchPlan
+
+__all__ = ["ask_engine", "print_verdict", "refused", "verdict_json", "verdict_lines"]
+
+# Effective values in the order an operator reads them, with the short name the summary line uses.
+_SHOWN = (
+    ("max_model_len", "max_model_len"), ("max_num_seqs", "max_num_seqs"),
+    ("max_num_batched_tokens", "max_num_batched_tokens"), ("enable_chunked_prefill", "chunked_prefill"),
+    ("enable_prefix_caching", "prefix_caching"), ("async_scheduling", "async_scheduling"),
+    ("scheduler_cls", "scheduler"), ("data_parallel_size", "data_parallel"), ("speculative", "speculative"),
+    ("disable_any_whitespace", "compact_json"), ("generation_config", "generation_config"), ("dtype", "dtype"),
+    ("kv_cache_bytes", "kv_cache_bytes"),
+)  # fmt: skip
+
+
+def ask_engine(plan: LaunchPlan, boards: tuple[Board, ...] = (), lock_dir: Path | None = None) -> EngineVerdict:
+    """Run the config-time probe in the plan's engine environment, saying so first (it takes seconds)."""
+    from appliance.engines.config_probe import probe_config
+    from appliance.runtime.spawn import engine_environment
+
+    err.print(f"asking the engine's config code ({plan.python}) about this plan ...", markup=False)
+    return probe_config(plan, engine_environment(plan, os.environ), boards, lock_dir)
+
+
+def verdict_lines(verdict: EngineVerdict) -> list[str]:
+    head = f"engine verdict (vLLM {verdict.vllm}, {verdict.elapsed_s:.1f}s):"
+    if not verdict.accepted:
+        return [f"{head} refused: {verdict.refusal}"]
+    values = " ".join(f"{name}={_value(verdict.effective[key])}" for key, name in _SHOWN if key in verdict.effective)
+    lines = [f"{head} accepted", f"  effective: {values}"]
+    lines += [f"  differs from the plan: {d.line()}" for d in verdict.differences]
+    if not verdict.differences:
+        lines.append("  as planned: every value the plan predicts is what the engine settled on")
+    return lines + [f"  engine logged: {line}" for line in verdict.logged]
+
+
+def verdict_json(verdict: EngineVerdict) -> dict[str, Any]:
+    from pydantic_core import to_jsonable_python
+
+    data: dict[str, Any] = to_jsonable_python(verdict, fallback=dict)
+    return data
+
+
+def refused(verdict: EngineVerdict) -> ConfigError:
+    """The engine's refusal as a config error (exit 2): the config asks for what the engine will not run."""
+    problem = Problem("engine-refused", "engine", f"vLLM {verdict.vllm}'s own config code refused this plan: "
+                      f"{(verdict.refusal or '').rstrip('.')}", "Change the setting the refusal names; nothing was started")  # fmt: skip
+    return ConfigError((problem,))
+
+
+def print_verdict(verdict: EngineVerdict) -> None:
+    for line in verdict_lines(verdict):
+        out.print(line, markup=False)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
+    return "none" if value is None else str(value)

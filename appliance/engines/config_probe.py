@@ -1,0 +1,107 @@
+"""The engine's own verdict on a launch plan, asked before anything boots.
+
+The probe runs vLLM's serve parser, `AsyncEngineArgs.from_cli_args` and `create_engine_config` (with the
+platform's config hooks: on TT the plugin's `check_and_update_config`) in the engine's interpreter, with the
+plan's argv and environment, in a subprocess with a bound (`engine.probe_timeout_s`). It loads no weights and
+serves nothing; the appliance imports none of it. What it settled on is set against the plan's prediction
+(`LaunchPlan.expected`), so an adjustment the records missed, or a prediction that did not happen, is named.
+
+On TT, standard data parallelism makes the plugin discover device groups at config time, which opens the
+chips. The probe runs while `serve` holds the device lock and exits before the engine spawns, so the
+chips are free again when the engine opens them; `check` and `plan --probe` take the same lock and refuse
+to probe while another appliance holds it (engine_env.probe_ttnn's rule), instead of fighting it for the chips.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from appliance.engines.engine_env import holding_devices, run_probe
+from appliance.errors import LaunchError
+from appliance.host import Board
+from appliance.plan import ENGINE_MODULE, LaunchPlan
+
+__all__ = ["Difference", "EngineVerdict", "compare", "engine_args", "probe_config"]
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One value where the engine and the plan's prediction part ways."""
+
+    key: str
+    expected: Any
+    effective: Any
+
+    def line(self) -> str:
+        return f"{self.key}: the plan predicted {self.expected!r}, the engine settled on {self.effective!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineVerdict:
+    """What the engine's config code said of a plan."""
+
+    interpreter: str
+    vllm: str | None
+    accepted: bool
+    refusal: str | None
+    """The engine's refusal in one line (None when accepted)."""
+    effective: Mapping[str, Any]
+    """The values the engine settled on (empty when refused)."""
+    differences: tuple[Difference, ...]
+    logged: tuple[str, ...]
+    """What the engine logged at WARNING and above, and the platform's INFO lines about changes it made."""
+    elapsed_s: float
+
+
+def engine_args(plan: LaunchPlan) -> tuple[str, ...]:
+    """The engine's own arguments: argv after `python -m vllm.entrypoints.openai.api_server`."""
+    return plan.argv[plan.argv.index(ENGINE_MODULE) + 1 :]
+
+
+def probe_config(
+    plan: LaunchPlan, env: Mapping[str, str], boards: tuple[Board, ...] = (), lock_dir: Path | None = None
+) -> EngineVerdict:
+    """Ask the engine's config code about `plan` with the engine's environment `env` (spawn.engine_environment).
+
+    `boards` and `lock_dir`: take the device lock first (engine_env.holding_devices), for a caller that does not
+    hold it already. LaunchError, naming the engine environment and the next step, when the probe cannot give
+    a verdict: the interpreter is missing, vLLM does not import, the probe crashed or hung past its bound.
+    """
+    started = time.monotonic()
+    try:
+        with holding_devices(boards, lock_dir) as holder:
+            if holder is not None:
+                raise LaunchError(f"the devices are held by {holder}, and the plugin may open them at config time")
+            data = run_probe(plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env)
+    except LaunchError as error:
+        raise LaunchError(f"config-time probe of engine {plan.engine} failed: {error}; rebuild the environment "
+                          f"(`appliance build engine={plan.engine}`) or pass --no-probe") from None  # fmt: skip
+    effective: dict[str, Any] = data.get("effective") or {}
+    accepted = bool(data.get("accepted"))
+    return EngineVerdict(
+        interpreter=plan.python,
+        vllm=data.get("vllm"),
+        accepted=accepted,
+        refusal=None if accepted else str(data.get("refusal") or "refused without a reason"),
+        effective=MappingProxyType(effective),
+        differences=compare(plan.expected, effective) if accepted else (),
+        logged=tuple(data.get("logged") or ()),
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def compare(expected: Mapping[str, Any], effective: Mapping[str, Any]) -> tuple[Difference, ...]:
+    """Every predicted key whose effective value differs; a scheduler compares by class name."""
+    found = []
+    for key, want in expected.items():
+        have = effective.get(key)
+        if key == "scheduler_cls" and isinstance(have, str):
+            have = have.rsplit(".", 1)[-1]
+        if key in effective and have != want:
+            found.append(Difference(key, want, have))
+    return tuple(found)
