@@ -234,10 +234,9 @@ def _expected(v: ValidatedConfig) -> dict[str, Any]:
         expected["scheduler_cls"] = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
     elif v.engine == "tt":
         expected["scheduler_cls"] = "TTLaneCoordinator" if lanes else "TTScheduler"
-    raw = {flag: value for flag, value in flag_names(v.extra_args)}
-    for flag, key in _RAW_EXPECTED.items():
-        if raw.get(flag) is not None:
-            expected[key] = _number(raw[flag])
+    for flag, value in flag_names(v.extra_args):
+        if flag in _RAW_EXPECTED and value is not None:
+            expected[_RAW_EXPECTED[flag]] = _number(value)
     return expected
 
 

@@ -108,7 +108,10 @@ def resolve_config(args: list[str]) -> dict[str, Any]:
             usage_context=UsageContext.OPENAI_API_SERVER
         )
     except SystemExit as stop:  # argparse refuses with a usage line on stderr and exit 2
-        result |= {"accepted": False, "refusal": f"the engine's argument parser refused the command line (exit {stop.code})"}
+        result |= {
+            "accepted": False,
+            "refusal": f"the engine's argument parser refused the command line (exit {stop.code})",
+        }
     except Exception as err:  # the engine's refusal is the finding
         result |= {"accepted": False, "refusal": _one_line(err)}
     else:
@@ -148,7 +151,9 @@ def _effective(config: Any) -> dict[str, Any]:
         "max_model_len": model.max_model_len,
         "max_num_seqs": sched.max_num_seqs,
         "max_num_batched_tokens": sched.max_num_batched_tokens,
-        "enable_chunked_prefill": bool(getattr(sched, "enable_chunked_prefill", getattr(sched, "chunked_prefill_enabled", False))),
+        "enable_chunked_prefill": bool(
+            getattr(sched, "enable_chunked_prefill", getattr(sched, "chunked_prefill_enabled", False))
+        ),
         "long_prefill_token_threshold": getattr(sched, "long_prefill_token_threshold", None),
         "disable_chunked_mm_input": getattr(sched, "disable_chunked_mm_input", None),
         "enable_prefix_caching": bool(cache.enable_prefix_caching),
@@ -156,7 +161,9 @@ def _effective(config: Any) -> dict[str, Any]:
         "scheduler_cls": scheduler_cls,
         "data_parallel_size": parallel.data_parallel_size,
         "distributed_executor_backend": _text(getattr(parallel, "distributed_executor_backend", None)),
-        "speculative": None if spec is None else {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens},
+        "speculative": None
+        if spec is None
+        else {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens},
         "disable_any_whitespace": getattr(structured, "disable_any_whitespace", None),
         "generation_config": getattr(model, "generation_config", None),
         "dtype": str(model.dtype).removeprefix("torch."),
@@ -169,11 +176,15 @@ def _effective(config: Any) -> dict[str, Any]:
 
 def _adjusting(line: str) -> bool:
     """INFO lines in which a platform says it changed the config (the TT plugin logs its changes at INFO)."""
-    return any(word in line for word in ("disabling", "Disabling", "bumping", "enabled for TT", "lane-DP", "Decode interleave"))
+    return any(
+        word in line for word in ("disabling", "Disabling", "bumping", "enabled for TT", "lane-DP", "Decode interleave")
+    )
 
 
 def _text(value: Any) -> Any:
-    return value if value is None or isinstance(value, (str, int, float, bool)) else getattr(value, "__name__", str(value))
+    return (
+        value if value is None or isinstance(value, (str, int, float, bool)) else getattr(value, "__name__", str(value))
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -162,8 +162,7 @@ def register(command: Command) -> None:
         cmd.add_argument("--against", metavar="vllm=X", help="judge under another recorded vllm-tt-plugin state")
         if name == "plan":
             cmd.add_argument("--all-sites", action="store_true", help="per site: what it would boot, or why not")
-            cmd.add_argument("--probe", action="store_true",
-                             help="also ask the engine's own config code (in its environment) before anything boots")  # fmt: skip
+            cmd.add_argument("--probe", action="store_true", help="also ask the engine's own config code")
     matrix = command("matrix", _cmd_matrix)
     matrix.add_argument("--mesh")
     matrix.add_argument("--model", help="family or checkpoint")

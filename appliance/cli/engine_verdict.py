@@ -58,8 +58,8 @@ def verdict_json(verdict: EngineVerdict) -> dict[str, Any]:
 
 def refused(verdict: EngineVerdict) -> ConfigError:
     """The engine's refusal as a config error (exit 2): the config asks for what the engine will not run."""
-    problem = Problem("engine-refused", "engine", f"vLLM {verdict.vllm}'s own config code refused this plan: "
-                      f"{(verdict.refusal or '').rstrip('.')}", "Change the setting the refusal names; nothing was started")  # fmt: skip
+    message = f"vLLM {verdict.vllm}'s own config code refused this plan: {(verdict.refusal or '').rstrip('.')}"
+    problem = Problem("engine-refused", "engine", message, "Change the setting the refusal names; nothing was started")
     return ConfigError((problem,))
 
 

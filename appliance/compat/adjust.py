@@ -63,6 +63,9 @@ def _when(v: ValidatedConfig, rule: Adjustment, chunked: bool | None) -> tuple[b
         return chunked is not False, False, chunked is not None
     if rule.when == "lane_dp":
         return v.lane_dp, True, True
+    if rule.when == "block_output":
+        caps = v.capabilities
+        return caps is not None and caps.block_output and "--generation-config" not in v.extra_args, False, True
     if rule.when == "decode_interleave_default":
         keys = ("decode_interleave_enabled", "decode_interleave_prefill_steps", "decode_interleave_decode_steps")
         return not any(k in v.tt_options for k in keys), False, True
@@ -77,4 +80,4 @@ def dropped_features(v: ValidatedConfig) -> list[str]:
     cfg = v.config
     wanted = {"prefix_caching": ("supports_prefix_caching", cfg.features.prefix_caching),
               "async_decode": ("supports_async_decode", cfg.features.async_decode)}  # fmt: skip
-    return [name for name, (key, on) in wanted.items() if on and caps.value(key) is False]
+    return [name for name, (key, on) in wanted.items() if on and not caps.declared(key)]

@@ -1,8 +1,11 @@
 """Requested features against the plugin state and the tt-metal class's declared capabilities.
 
-The plugin reads capabilities only from the tt-metal class's `model_capabilities`; the matrix records
-what each source says the class declares at which tt-metal commit. A capability no record verifies at the
-row's commit is a warning naming the source, never a silent yes.
+The plugin reads capabilities only from the tt-metal class's `model_capabilities`. Where the tt-metal
+environment is installed, the probe reads them from the installed class (`installed`), and those decide;
+elsewhere the matrix records what each source says the class declares at which tt-metal commit. A
+capability the plugin needs counts as declared only when the installed class or a verified record says so:
+an unverified "yes" follows the state's rule for a missing key (refuse, or drop), naming the record that
+would change that.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from appliance.compat.states import BlockOutput, PluginState, Speculative
 from appliance.config.schema import ApplianceConfig, WorkloadConfig
 from appliance.errors import Problem, Severity
 
-__all__ = ["Capabilities", "Request", "check_features", "class_capabilities", "plugin_chunked_prefill"]
+__all__ = [
+    "Capabilities",
+    "Request",
+    "check_features",
+    "class_capabilities",
+    "loaded_class",
+    "plugin_chunked_prefill",
+    "record_disagreements",
+]
 
 _FEATURE_KEYS = {
     "prefix_caching": "supports_prefix_caching",
@@ -42,20 +53,55 @@ class Capabilities:
         fact = self.facts.get(key)
         return fact.value if fact else None
 
+    def declared(self, key: str) -> bool:
+        """What the plugin will see: declared only where the installed class or a verified record says so."""
+        fact = self.facts.get(key)
+        return fact is not None and fact.verified and bool(fact.value)
+
     @property
     def block_output(self) -> bool:
         width = self.value("output_tokens_per_step")
         return isinstance(width, int) and not isinstance(width, bool) and width > 1
 
 
-def class_capabilities(arch: Architecture, row: DeviceRow, env: Mapping[str, str]) -> Capabilities:
-    """Every key the records mention, for the class `env` selects, at the row's tt-metal commit.
+def class_capabilities(
+    arch: Architecture, row: DeviceRow, env: Mapping[str, str], state: PluginState | None = None,
+    installed: Mapping[str, Any] | None = None,
+) -> Capabilities:  # fmt: skip
+    """Every key the records mention, for the class the plugin loads under `env` and `state`.
 
     A TT_MODEL_CLASS_OVERRIDES entry for the architecture replaces the class (and so every record).
+    `installed`: the class's `model_capabilities` as the probe read it from the tt-metal environment, which
+    replace the records.
     """
-    target = _override_target(arch, env) or arch.resolved_target(env)
+    target = loaded_class(arch, env, state)
     keys = {k for r in arch.capabilities for k in r.declares} | set(_FEATURE_KEYS.values())
+    if installed is not None:
+        keys |= set(installed)
+        facts = {k: CapabilityFact(k, installed.get(k, False), True, f"the installed class {target}", target)
+                 for k in sorted(keys)}  # fmt: skip
+        return Capabilities(target, facts, row.tt_metal)
     return Capabilities(target, {k: arch.capability(k, row.tt_metal, target) for k in sorted(keys)}, row.tt_metal)
+
+
+def loaded_class(arch: Architecture, env: Mapping[str, str], state: PluginState | None) -> str | None:
+    """The `module:Class` the plugin loads for `arch`: an override, else the one `env` selects, in `state`'s modules."""
+    target = _override_target(arch, env)
+    if target is not None:
+        return target
+    target = arch.resolved_target(env)
+    return state.registered_target(target) if state is not None and target is not None else target
+
+
+def record_disagreements(arch: Architecture, row: DeviceRow, caps: Capabilities) -> Iterator[Problem]:
+    """Records that say otherwise than the installed class (`caps` read from it), with both values."""
+    for key, fact in caps.facts.items():
+        recorded = arch.capability(key, row.tt_metal, caps.target)
+        if recorded.value is not None and bool(recorded.value) != bool(fact.value):
+            yield Problem("capability-record-disagrees", "model.checkpoint",
+                          f"{caps.target} declares {key}={fact.value!r} as installed, but models/ records "
+                          f"{recorded.value!r} ({recorded.source})", "Correct the record in models/", "warning",
+                          f"capability.{key}")  # fmt: skip
 
 
 def _override_target(arch: Architecture, env: Mapping[str, str]) -> str | None:
@@ -72,8 +118,7 @@ def plugin_chunked_prefill(state: PluginState, arch: Architecture, caps: Capabil
         return arch.model_type in state.chunked_prefill.model_types
     if caps.block_output:
         return False
-    declared = caps.value("supports_chunked_prefill")
-    return None if declared is None else bool(declared)
+    return caps.declared("supports_chunked_prefill")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +158,8 @@ def check_features(
                       "Set features.sample_on_device=all|decode_only", "warning")  # fmt: skip
     if wanted["speculative"] and state.speculative is not None:
         yield from _speculative(cfg, caps, state.speculative, state, req.lane)
-    if caps.block_output and state.block_output is not None:
-        yield from _block_output(cfg, caps, state.block_output, req)
+    if state.block_output is not None and (caps.block_output or arch.tt_class in state.block_output.required_classes):
+        yield from _block_output(cfg, arch.tt_class, caps, state.block_output, req)
 
 
 def _cpu_capability(cfg: ApplianceConfig, caps: Capabilities, feature: str) -> Iterator[Problem]:
@@ -140,29 +185,28 @@ def _capability(
         return
     key, where, cls = _FEATURE_KEYS[feature], f"features.{feature}", caps.target or arch.tt_class
     rule, fact, rule_id = state.capability_keys.get(key), caps.facts[key], f"capability.{key}"
-    if rule is None:
+    if rule is None or caps.declared(key):
         return
     commit = caps.tt_metal or "(the row names no commit)"
-    if fact.value is None:
-        yield Problem(
-            "capability-unverified",
-            where,
-            f"no record says whether {cls} declares {key} at tt-metal "
-            f"{commit} ({fact.source}); the plugin decides at boot: {rule.refusal}",
-            f"Record the class's model_capabilities in models/ or set {where} off",
-            "warning",
-            rule_id,
+    if fact.verified:
+        why = f"{cls} does not declare {key} ({fact.source})"
+    elif fact.value:
+        why = (
+            f"only an unverified record says {cls} declares {key} ({fact.source}); verifying it (status: verified "
+            f"at tt-metal {commit}) or serving where the tt-metal environment is installed would change that"
         )
-    elif not fact.value:
-        severity: Severity = "error" if cfg.features.strict else "warning"
-        action = "reject it" if rule.missing == "reject" else "silently drop it"
-        yield Problem("capability-not-declared", where, f"{cls} does not declare {key} ({fact.source}); the plugin "
-                      f"would {action}: {rule.refusal}", f"Set {where} off (or features.strict=false to keep going)",
-                      severity, rule_id)  # fmt: skip
-    elif not fact.verified:
-        yield Problem("capability-unverified", where, f"{cls} declares {key} per {fact.source}, not verified at "
-                      f"tt-metal {commit}", "Verify the class at that commit and record it in models/", "warning",
-                      rule_id)  # fmt: skip
+    else:
+        why = f"no record says {cls} declares {key} at tt-metal {commit}, and the plugin takes a missing key for no"
+    if rule.missing == "reject":  # the plugin refuses the launch whatever features.strict says
+        severity: Severity = "error" if rule.status == "verified" else "warning"
+        yield Problem("capability-not-declared", where, f"{why}: the plugin refuses it: {rule.refusal}",
+                      f"Set {where} off", severity, rule_id)  # fmt: skip
+        return
+    severity = "error" if cfg.features.strict else "warning"
+    fix = f"Set {where} off (or features.strict=false to keep going without it)"
+    yield Problem(
+        "capability-not-declared", where, f"{why}: the plugin drops it: {rule.refusal}", fix, severity, rule_id
+    )
 
 
 def _state_gate(
@@ -222,7 +266,9 @@ def _workload_shares(work: WorkloadConfig, spec: Speculative) -> Iterator[Proble
             )
 
 
-def _block_output(cfg: ApplianceConfig, caps: Capabilities, rules: BlockOutput, req: Request) -> Iterator[Problem]:
+def _block_output(
+    cfg: ApplianceConfig, arch_class: str, caps: Capabilities, rules: BlockOutput, req: Request
+) -> Iterator[Problem]:
     width = caps.value("output_tokens_per_step")
     on_device = req.tt.get("sample_on_device_mode") == "all"
     checks = (
@@ -233,6 +279,11 @@ def _block_output(cfg: ApplianceConfig, caps: Capabilities, rules: BlockOutput, 
         ("prefix_caching", "features.prefix_caching", cfg.features.prefix_caching, rules.prefix_caching),
         ("speculative", "features.speculative", cfg.features.speculative != "off", rules.speculative),
     )  # fmt: skip
+    if arch_class in rules.required_classes and not caps.block_output:
+        yield Problem("block-output", "model.checkpoint", f"{caps.target} does not declare output_tokens_per_step > 1:"
+                      f" {rules.required}", "Record the class's output_tokens_per_step in models/ or use another "
+                      "checkpoint", rule="block_output.required")  # fmt: skip
+        return
     for part, where, broken, refusal in checks:
         if broken:
             yield Problem("block-output", where, f"{caps.target} commits {width} tokens per step: {refusal}",

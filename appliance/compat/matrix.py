@@ -90,15 +90,22 @@ class Architecture:
         return chosen[0] if chosen else self.target
 
     def capability(self, key: str, tt_metal: str | None, target: str | None = None) -> CapabilityFact:
-        """What the records say about `key` for the class at `tt_metal`: verified only by a verified record."""
+        """What the records say about `key` for the class at `tt_metal`: verified only by a verified record.
+
+        A record at the row's own commit comes first, then a verified one at another commit (the class's
+        `model_capabilities` read whole, so a key it omits is False, as the plugin reads it), then a record that
+        names no commit.
+        """
         target = target or self.target
         records = [r for r in self.capabilities if (r.target or self.target) == target]
         exact = [r for r in records if r.tt_metal and tt_metal and _same_commit(r.tt_metal, tt_metal)]
+        verified = [r for r in records if r.status == "verified"]
         unpinned = [r for r in records if r.tt_metal is None and key in r.declares]
-        record = next(iter(exact), None) or next(iter(unpinned), None)
+        record = next(iter(exact), None) or next(iter(verified), None) or next(iter(unpinned), None)
         if record is None:
             return CapabilityFact(key, None, False, "no capability record for this class and key", target)
-        return CapabilityFact(key, record.declares.get(key), record.status == "verified", record.source, target)
+        value = record.declares.get(key, False if record.status == "verified" else None)
+        return CapabilityFact(key, value, record.status == "verified", record.source, target)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ __all__ = [
     "Read",
     "Speculative",
     "TtKey",
+    "TtMetalLayout",
 ]
 
 _FORBID: ConfigDict = {"extra": "forbid"}
@@ -102,7 +103,7 @@ class Adjustment:
     __pydantic_config__ = _FORBID
 
     when: Literal["always", "chunked_prefill_off", "chunked_prefill_on", "lane_dp", "capability_dropped",
-                  "decode_interleave_default"]  # fmt: skip
+                  "decode_interleave_default", "block_output"]  # fmt: skip
     effect: str
     log: str
     source: str
@@ -164,6 +165,21 @@ class BlockOutput:
     speculative: str
     source: str
     status: Status = "verified"
+    required_classes: tuple[str, ...] = ()
+    """Classes the plugin refuses unless they declare output_tokens_per_step > 1 (`required`)."""
+    required: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TtMetalLayout:
+    """The tt-metal package the state's plugin imports its classes from, and the tt-metal commits known to have it."""
+
+    __pydantic_config__ = _FORBID
+
+    module: str
+    replaces: str
+    known_at: tuple[str, ...]
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +214,15 @@ class PluginState:
     forms_source: str
     speculative: Speculative | None = None
     block_output: BlockOutput | None = None
+    class_modules: Mapping[str, str] = field(default_factory=dict)
+    """Module the models/ records name -> the module this state's plugin registers that class from."""
+    tt_metal_layout: TtMetalLayout | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def registered_target(self, target: str) -> str:
+        """`module:Class` as this state's plugin loads it (models/ records the pinned state's modules)."""
+        module, _, name = target.partition(":")
+        return f"{self.class_modules.get(module, module)}:{name}"
 
     @property
     def name(self) -> str:

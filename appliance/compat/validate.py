@@ -22,7 +22,15 @@ from appliance.compat.contract import (
     unsupported_at,
 )
 from appliance.compat.exposure import check_exposure
-from appliance.compat.features import Capabilities, Request, check_features, class_capabilities, plugin_chunked_prefill
+from appliance.compat.features import (
+    Capabilities,
+    Request,
+    check_features,
+    class_capabilities,
+    loaded_class,
+    plugin_chunked_prefill,
+    record_disagreements,
+)
 from appliance.compat.limits import check_data_parallel, check_kv_pool, check_limits, kv_pool
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
 from appliance.compat.reads import check_env_reads
@@ -31,7 +39,19 @@ from appliance.compat.states import PluginState
 from appliance.config.schema import ApplianceConfig, ComposedConfig, EngineKind
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["ValidatedConfig", "is_local_path", "validate"]
+__all__ = ["InstalledClass", "InstalledClasses", "ValidatedConfig", "is_local_path", "selected_class", "validate"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledClass:
+    """One model class as the probe read it in the tt-metal environment (import only)."""
+
+    capabilities: Mapping[str, Any] | None
+    """Its `model_capabilities` ({} when it declares none); None when it did not import."""
+    error: str | None = None
+
+
+InstalledClasses = Mapping[str, InstalledClass]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +95,13 @@ class _Entry:
 
 def validate(
     composed: ComposedConfig, matrix: CompatibilityMatrix, states: PluginStates | None = None,
-    against: str | None = None,
+    against: str | None = None, installed: InstalledClasses | None = None,
 ) -> ValidatedConfig:  # fmt: skip
     """Return the validated config, or raise ConfigError with every problem found.
 
     `against` (`vllm=X`) judges the config under another recorded plugin state than the pinned one.
+    `installed`: what the probe read from the tt-metal environment's classes (`selected_class`'s target ->
+    its `model_capabilities`, or why it did not import); they decide instead of the records.
     """
     cfg = composed.config
     states = states or load_states()
@@ -94,7 +116,9 @@ def validate(
     env = {**entry.row.env, **cfg.engine.env}
     extra = split_additional_config(cfg.engine.extra_args, state)
     tt = {**_tt_options(cfg, entry), **extra.tt}
-    caps = class_capabilities(entry.architecture, entry.row, env)
+    target = selected_class(entry.architecture, env, state)
+    read = installed.get(target) if installed is not None and target is not None else None
+    caps = class_capabilities(entry.architecture, entry.row, env, state, read.capabilities if read else None)
     lane = dp > 1 and state is not None and _lane(state, entry.architecture, env)
     found += [*extra.problems, *_check_extra_tt(cfg, extra.tt)]
     found += _check_engine(cfg, engine)
@@ -109,6 +133,7 @@ def validate(
     found += check_extra_args(extra.args, engine, state)
     found += check_exposure(cfg)
     found += _plugin_checks(cfg, {**entry.row.tt, **cfg.tt, **extra.tt}, env, state, states)
+    found += _installed_checks(entry, caps, read) if read is not None else _layout_check(entry, caps, state)
     errors = [p for p in found if p.severity == "error"]
     if errors:
         raise ConfigError(tuple(errors + [p for p in found if p.severity != "error"]))
@@ -119,6 +144,36 @@ def validate(
         lane_dp=lane, tt_options=MappingProxyType(tt), env=MappingProxyType(env), warnings=tuple(found),
         state=state, capabilities=caps, chunked_prefill=chunked, extra_args=extra.args,
     )  # fmt: skip
+
+
+def selected_class(arch: Architecture, env: Mapping[str, str], state: PluginState | None) -> str | None:
+    """The `module:Class` the plugin will load for `arch` under `env` and `state` (None: no TT class)."""
+    return loaded_class(arch, env, state) if state is not None else None
+
+
+def _installed_checks(entry: _Entry, caps: Capabilities, read: InstalledClass) -> list[Problem]:
+    """The installed class must import (the plugin loads it at model load), and the records should agree with it."""
+    if read.error is not None:
+        message = f"the plugin loads {caps.target}, which does not import in the tt-metal environment: {read.error}"
+        fix = "Install the tt-metal this plugin state needs, or judge under another state (--against)"
+        return [Problem("class-not-importable", "model.checkpoint", message, fix)]
+    return list(record_disagreements(entry.architecture, entry.row, caps))
+
+
+def _layout_check(entry: _Entry, caps: Capabilities, state: PluginState | None) -> list[Problem]:
+    """Offline: a row validated at a tt-metal commit not known to have the package the plugin imports from."""
+    layout = state.tt_metal_layout if state is not None else None
+    if layout is None or caps.target is None or not caps.target.startswith(layout.module + "."):
+        return []
+    commit = entry.row.tt_metal
+    if commit and any(k.startswith(commit) or commit.startswith(k) for k in layout.known_at):
+        return []
+    known = ", ".join(k[:7] for k in layout.known_at)
+    message = (f"the plugin loads {caps.target}; the row was validated at tt-metal {commit or '(no commit named)'}, "
+               f"not known to have {layout.module} (which replaced {layout.replaces}; known at {known}): a tt-metal "
+               "without it fails at model load with ModuleNotFoundError")  # fmt: skip
+    fix = f"Serve with a tt-metal that has {layout.module}, or judge under another state (--against)"
+    return [Problem("tt-metal-layout", "model.checkpoint", message, fix, "warning")]
 
 
 def _plugin_checks(
