@@ -7,7 +7,7 @@ import json
 import pytest
 
 from appliance.compat.matrix import CompatibilityMatrix
-from appliance.compat.validate import ValidatedConfig, validate
+from appliance.compat.validate import InstalledClass, ValidatedConfig, validate
 from appliance.config.compose import compose_config
 from appliance.errors import ConfigError, Problem
 from appliance.plan import LaunchPlan, build_plan
@@ -16,16 +16,24 @@ from .helpers import TINY, Cli
 
 LLAMA = ["+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]
 DIFFUSION = ["+model=gemma", "mesh=p300x2", "model.checkpoint=google/diffusiongemma-26B-A4B-it"]
+LLAMA_CLASS = "models.ttt_compat.tt.generator_vllm:LlamaForCausalLM"
+DIFFUSION_CLASS = "models.experimental.diffusion_gemma.tt.generator_vllm:DiffusionGemmaForCausalLM"
 UNDER_0_25 = "not supported by vllm-tt-plugin at e3fc849 (vLLM 0.25.1); supported from 01078a0 (vLLM 0.26.0)"
 
 
-def judged(matrix: CompatibilityMatrix, *overrides: str, against: str | None = None) -> ValidatedConfig:
-    return validate(compose_config(list(overrides)), matrix, against=against)
+def judged(
+    matrix: CompatibilityMatrix, *overrides: str, against: str | None = None,
+    installed: dict[str, InstalledClass] | None = None,
+) -> ValidatedConfig:  # fmt: skip
+    return validate(compose_config(list(overrides)), matrix, against=against, installed=installed)
 
 
-def refused(matrix: CompatibilityMatrix, *overrides: str, against: str | None = None) -> list[Problem]:
+def refused(
+    matrix: CompatibilityMatrix, *overrides: str, against: str | None = None,
+    installed: dict[str, InstalledClass] | None = None,
+) -> list[Problem]:  # fmt: skip
     with pytest.raises(ConfigError) as caught:
-        judged(matrix, *overrides, against=against)
+        judged(matrix, *overrides, against=against, installed=installed)
     return [p for p in caught.value.problems if p.severity == "error"]
 
 
@@ -65,9 +73,15 @@ def test_a_folded_key_that_contradicts_the_config_is_refused(matrix: Compatibili
 def test_speculative_ngram_is_planned_at_0_26_and_refused_naming_the_states_at_0_25(
     matrix: CompatibilityMatrix,
 ) -> None:
-    plan = build_plan(judged(matrix, *LLAMA, "features.speculative=ngram", "features.speculative_tokens=3"))
+    spec = ("features.speculative=ngram", "features.speculative_tokens=3")
+    # The ttt_compat class declares no supports_spec_decode (tt-metal 3dfeae9): the plugin refuses, as it did
+    # for real (plugin-oracle-01078a0.md l8_t3k_spec).
+    (problem,) = refused(matrix, *LLAMA, *spec)
+    assert problem.rule == "capability.supports_spec_decode" and "cannot serve a speculative_config" in problem.message
+    caps = {"supports_spec_decode": True, "supports_prefix_caching": True}  # a class that declares it, installed
+    plan = build_plan(judged(matrix, *LLAMA, *spec, installed={LLAMA_CLASS: InstalledClass(caps)}))
     assert json.loads(after(plan, "--speculative-config")) == {"method": "ngram", "num_speculative_tokens": 3}
-    assert {w.code for w in plan.warnings} >= {"speculative-greedy", "capability-unverified"}
+    assert "speculative-greedy" in {w.code for w in plan.warnings}
     (problem,) = refused(matrix, *LLAMA, "features.speculative=ngram", against="vllm=0.25.1")
     assert problem.message.startswith(f"speculative decoding is {UNDER_0_25}")
     assert "Speculative decoding is not yet supported for TT backend" in problem.message
@@ -91,33 +105,41 @@ def test_chunked_prefill_is_set_as_it_will_run(matrix: CompatibilityMatrix) -> N
 
 def test_model_class_overrides_are_read_from_0_26_and_make_capabilities_unverified(matrix: CompatibilityMatrix) -> None:
     override = "engine.env.TT_MODEL_CLASS_OVERRIDES='TTLlamaForCausalLM=models.demos.x.tt.generator_vllm:Other'"
-    validated = judged(matrix, *LLAMA, override, "features.prefix_caching=true")
+    validated = judged(matrix, *LLAMA, override, "features.prefix_caching=true", "features.strict=false")
     assert validated.capabilities is not None
     assert validated.capabilities.target == "models.demos.x.tt.generator_vllm:Other"
-    (warning,) = [w for w in validated.warnings if w.code == "capability-unverified"]
-    assert "no record says whether models.demos.x.tt.generator_vllm:Other declares supports_prefix_caching" in (
-        warning.message
-    )
+    # No record for the class: the plugin takes the missing key for no and drops prefix caching.
+    (warning,) = [w for w in validated.warnings if w.code == "capability-not-declared"]
+    assert "no record says models.demos.x.tt.generator_vllm:Other declares supports_prefix_caching" in warning.message
+    drops = [a for a in build_plan(validated).adjustments if a.id == "capability_drop"]
+    assert [a.effect.rsplit(": ", 1)[-1] for a in drops] == ["prefix_caching"]
     (problem,) = refused(matrix, *LLAMA, override, against="vllm=0.25.1")
     assert problem.rule == "feature.model_class_overrides" and UNDER_0_25 in problem.message
 
 
 def test_a_block_output_model_runs_at_its_rows_settings_and_only_from_0_26(matrix: CompatibilityMatrix) -> None:
-    plan = build_plan(judged(matrix, *DIFFUSION))
+    # Offline its sampling capability is unverified, so the row's on-device sampling is refused; installed, the
+    # class's own model_capabilities decide.
+    assert {p.rule for p in refused(matrix, *DIFFUSION)} == {"capability.supports_sample_on_device"}
+    installed = {DIFFUSION_CLASS: InstalledClass({"output_tokens_per_step": 256, "supports_sample_on_device": True})}
+    plan = build_plan(judged(matrix, *DIFFUSION, installed=installed))
     assert after(plan, "--max-num-seqs") == "1" and "--no-async-scheduling" in plan.argv
     assert "--no-enable-chunked-prefill" in plan.argv  # block output cannot resume a split prompt
-    problems = refused(matrix, *DIFFUSION, "features.async_decode=true")
+    # The plugin normalises --generation-config auto to vllm for a block-output model (oracle dg_p300x2).
+    assert "generation_config_normalized" in {a.id for a in plan.adjustments}
+    assert plan.expected["generation_config"] == "vllm"
+    nocaps = {DIFFUSION_CLASS: InstalledClass({})}
+    assert {p.rule for p in refused(matrix, *DIFFUSION, installed=nocaps)} >= {"block_output.required"}
+    problems = refused(matrix, *DIFFUSION, "features.async_decode=true", installed=installed)
     assert {p.rule for p in problems} >= {"block_output.synchronous"}
     (problem,) = refused(matrix, *DIFFUSION, against="vllm=0.25.1")
     assert problem.code == "architecture-not-registered" and UNDER_0_25 in problem.message
 
 
 def test_galaxy_rows_read_the_capabilities_of_the_class_their_text_version_selects(matrix: CompatibilityMatrix) -> None:
-    validated = judged(matrix, "+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct")
-    assert validated.capabilities is not None
-    assert validated.capabilities.target == "models.demos.llama3_70b_galaxy.tt.generator_vllm:LlamaForCausalLM"
-    (warning,) = [w for w in validated.warnings if w.code == "capability-unverified"]
-    assert warning.key == "features.sample_on_device" and "e867533" in warning.message
+    (problem,) = refused(matrix, "+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct")
+    assert problem.key == "features.sample_on_device" and "e867533" in problem.message
+    assert "models.demos.llama3_70b_galaxy.tt.generator_vllm:LlamaForCausalLM" in problem.message
 
 
 def test_validate_ends_with_the_fit_in_three_buckets(cli: Cli) -> None:

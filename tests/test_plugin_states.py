@@ -18,7 +18,7 @@ from appliance.compat.matrix import CompatibilityMatrix, load_matrix
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.state_set import PluginStates, load_states
 from appliance.compat.states import PluginState
-from appliance.compat.validate import validate
+from appliance.compat.validate import InstalledClass, validate
 from appliance.config.compose import compose_config
 from appliance.config.schema import ComposedConfig
 from appliance.errors import ConfigError
@@ -31,12 +31,21 @@ GEMMA3 = ("+model=gemma", "mesh=t3k", "model.checkpoint=google/gemma-3-27b-it")
 GEMMA4 = ("+model=gemma", "mesh=p300x2", "model.checkpoint=google/gemma-4-31B-it")
 VISION = ("+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.2-11B-Vision-Instruct")
 DIFFUSION = ("+model=gemma", "mesh=p300x2", "model.checkpoint=google/diffusiongemma-26B-A4B-it")
+MISTRAL3 = ("+model=mistral", "mesh=t3k", "model.checkpoint=mistralai/Mistral-Small-3.1-24B-Instruct-2503")
 NGRAM = "features.speculative=ngram"
+NO_DEVICE_SAMPLING = "features.sample_on_device=off"
+DIFFUSION_CLASS = "models.experimental.diffusion_gemma.tt.generator_vllm:DiffusionGemmaForCausalLM"
+BLOCK_OUTPUT = {"output_tokens_per_step": 256, "supports_sample_on_device": True}
 Trigger = tuple[str, ...] | Callable[[PluginState], set[str]]
 
 
 def _unread_flag(state: PluginState) -> set[str]:
     return {p.rule for p in check_plan_reads(["--no-such-flag"], [], state)}
+
+
+def installed(overrides: tuple[str, ...], caps: dict[str, bool | int]) -> Trigger:
+    """A config judged as on a host whose tt-metal environment has the DiffusionGemma class with `caps`."""
+    return lambda state: rules_seen(overrides, state, MATRIX, {DIFFUSION_CLASS: InstalledClass(caps)})
 
 
 RULE_TRIGGERS: dict[str, tuple[Trigger, ...]] = {
@@ -79,17 +88,28 @@ RULE_TRIGGERS: dict[str, tuple[Trigger, ...]] = {
         (*LLAMA, "engine.env.TT_MODEL_CLASS_OVERRIDES='TTLlamaForCausalLM=models.x:Other'"),
     ),
     "capability.supports_prefix_caching": ((*GEMMA3, "features.prefix_caching=true"),),
-    "capability.supports_async_decode": ((*LLAMA, "features.async_decode=true"),),
+    "capability.supports_async_decode": (
+        (*LLAMA, "features.async_decode=true"),
+        (*MISTRAL3, "features.async_decode=true"),
+    ),
     "capability.supports_sample_on_device": ((*VISION, "features.sample_on_device=all"),),
-    "capability.supports_chunked_prefill": ((*LLAMA, "features.chunked_prefill=true"),),
+    "capability.supports_chunked_prefill": (
+        (*LLAMA, "features.chunked_prefill=true"),
+        (*GEMMA3, NO_DEVICE_SAMPLING, "features.chunked_prefill=true"),
+    ),
     "capability.supports_spec_decode": ((*LLAMA, NGRAM),),
-    "adjustment.chunked_prefill_off": (GEMMA3,),
-    "adjustment.batched_tokens_raised": (GEMMA3,),
-    "adjustment.long_prefill_token_threshold_zero": (GEMMA3,),
-    "adjustment.chunked_mm_input_off": (GEMMA4, LLAMA),
+    "adjustment.chunked_prefill_off": (GEMMA3, (*GEMMA3, NO_DEVICE_SAMPLING)),
+    "adjustment.batched_tokens_raised": (GEMMA3, (*GEMMA3, NO_DEVICE_SAMPLING)),
+    "adjustment.long_prefill_token_threshold_zero": (GEMMA3, (*GEMMA3, NO_DEVICE_SAMPLING)),
+    "adjustment.chunked_mm_input_off": (GEMMA4, LLAMA, (*GEMMA4, NO_DEVICE_SAMPLING)),
     "adjustment.compact_json": (LLAMA,),
-    "adjustment.lane_dp_fold": (GALAXY,),
-    "adjustment.capability_drop": ((*GEMMA3, "features.prefix_caching=true", "features.strict=false"),),
+    "adjustment.lane_dp_fold": ((*GALAXY, NO_DEVICE_SAMPLING),),
+    "adjustment.capability_drop": (
+        (*GEMMA3, "features.prefix_caching=true", "features.strict=false"),
+        (*GEMMA3, NO_DEVICE_SAMPLING, "features.prefix_caching=true", "features.strict=false"),
+    ),
+    "adjustment.generation_config_normalized": (installed(DIFFUSION, BLOCK_OUTPUT),),
+    "block_output.required": (installed(DIFFUSION, {}),),
     "adjustment.decode_interleave": (LLAMA,),
     "reads.env": ((*LLAMA, "engine.env.VLLM_RPC_TIMEOUT='100000'"),),
     "reads.flags": (_unread_flag,),
@@ -118,12 +138,14 @@ def composed(overrides: tuple[str, ...]) -> ComposedConfig:
     return compose_config(list(overrides))
 
 
-def rules_seen(trigger: Trigger, state: PluginState, matrix: CompatibilityMatrix) -> set[str]:
+def rules_seen(
+    trigger: Trigger, state: PluginState, matrix: CompatibilityMatrix, classes: dict[str, InstalledClass] | None = None
+) -> set[str]:
     """Rule ids the appliance reports for a trigger under `state`: finding rules and plan adjustments."""
     if callable(trigger):
         return trigger(state)
     try:
-        validated = validate(composed(trigger), matrix, STATES, f"vllm={state.vllm}")
+        validated = validate(composed(trigger), matrix, STATES, f"vllm={state.vllm}", classes)
     except ConfigError as error:
         return {p.rule for p in error.problems}
     plan = build_plan(validated)

@@ -6,7 +6,7 @@ import pytest
 
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
 from appliance.compat.state_set import load_states
-from appliance.compat.validate import validate
+from appliance.compat.validate import InstalledClass, validate
 from appliance.config.compose import compose_config
 from appliance.config.schema import ComposedConfig
 from appliance.errors import ConfigError
@@ -29,16 +29,18 @@ def test_the_contract_example_validates_with_only_warnings(matrix: Compatibility
         matrix,
     )  # fmt: skip
     assert validated.engine == "tt"
-    # The capabilities come from a source that names no tt-metal commit, and the row records no KV capacity:
-    # both are warnings that say so, not a silent yes.
+    # The capabilities are the class's own (a verified read of tt-metal's ttt_compat at 3dfeae9); the row records
+    # no KV capacity and was validated at a tt-metal not known to have ttt_compat: warnings that say so.
     assert {w.code for w in validated.warnings} == {
         "async-without-device-sampling",
-        "capability-unverified",
         "kv-capacity-unverified",
+        "tt-metal-layout",
     }
-    unverified = [w for w in validated.warnings if w.code == "capability-unverified"]
-    assert {w.key for w in unverified} == {"features.prefix_caching", "features.async_decode"}
-    assert all("750ca54" in w.message for w in unverified)
+    assert validated.capabilities is not None
+    assert validated.capabilities.declared("supports_prefix_caching")
+    assert "3dfeae9" in validated.capabilities.facts["supports_async_decode"].source
+    layout = next(w for w in validated.warnings if w.code == "tt-metal-layout")
+    assert "750ca54" in layout.message and "models.ttt_compat" in layout.message
 
 
 def test_context_above_the_row_names_the_limit_and_bigger_meshes(matrix: CompatibilityMatrix) -> None:
@@ -141,11 +143,42 @@ def test_a_capability_is_only_a_warning_when_not_strict(matrix: CompatibilityMat
     assert "capability-not-declared" in {w.code for w in validated.warnings}
 
 
+GALAXY_70B = ["+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]
+GALAXY_CLASS = "models.demos.llama3_70b_galaxy.tt.generator_vllm:LlamaForCausalLM"
+
+
 def test_lane_data_parallelism_follows_the_galaxy_text_version(matrix: CompatibilityMatrix) -> None:
-    validated = validate(
-        compose_config(["+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]), matrix
-    )
+    # On a host with the tt-metal environment the installed class's capabilities decide.
+    installed = {GALAXY_CLASS: InstalledClass({"supports_sample_on_device": True, "supports_async_decode": True})}
+    validated = validate(compose_config(GALAXY_70B), matrix, installed=installed)
     assert validated.lane_dp and validated.data_parallel == 4
+    assert validated.capabilities is not None and validated.capabilities.target == GALAXY_CLASS
+    assert "tt-metal-layout" not in {w.code for w in validated.warnings}  # the class imported: no guess needed
+
+
+def test_offline_an_unverified_capability_follows_the_plugins_rule_for_a_missing_key(
+    matrix: CompatibilityMatrix,
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_config(GALAXY_70B), matrix)
+    problem = next(p for p in refused.value.problems if p.severity == "error")
+    assert problem.code == "capability-not-declared" and problem.key == "features.sample_on_device"
+    assert "only an unverified record says" in problem.message and "README.md@01078a0" in problem.message
+    assert "does not support on-device sampling" in problem.message  # the plugin's own refusal
+
+
+def test_an_installed_class_that_does_not_import_is_refused_and_disagreeing_records_named(
+    matrix: CompatibilityMatrix,
+) -> None:
+    broken = {GALAXY_CLASS: InstalledClass(None, "ModuleNotFoundError: No module named 'models.demos'")}
+    with pytest.raises(ConfigError, match="class-not-importable.*No module named 'models.demos'"):
+        validate(compose_config(GALAXY_70B), matrix, installed=broken)
+    target = "models.ttt_compat.tt.generator_vllm:LlamaForCausalLM"
+    installed = {target: InstalledClass({"supports_prefix_caching": False, "supports_chunked_prefill": True})}
+    validated = validate(compose_config(["+model=llama", "mesh=t3k"]), matrix, installed=installed)
+    disagree = [w for w in validated.warnings if w.code == "capability-record-disagrees"]
+    assert any("supports_prefix_caching=False" in w.message and "3dfeae9" in w.message for w in disagree)
+    assert validated.chunked_prefill is True
 
 
 MATRIX = load_matrix()
@@ -168,7 +201,15 @@ def with_checkpoint(composed: ComposedConfig, checkpoint: str) -> ComposedConfig
 def test_every_validated_row_yields_a_plan(
     matrix: CompatibilityMatrix, family: str, checkpoint: str, mesh: str
 ) -> None:
-    validated = validate(with_checkpoint(compose_config([f"model={family}", f"mesh={mesh}"]), checkpoint), matrix)
+    try:
+        validated = validate(with_checkpoint(compose_config([f"model={family}", f"mesh={mesh}"]), checkpoint), matrix)
+    except ConfigError as error:
+        # Offline, a capability the plugin needs that only an unverified record claims counts as missing (the
+        # state's rule for a missing key), and the refusal names the record that would change it.
+        errors = [p for p in error.problems if p.severity == "error"]
+        assert errors and all(p.code in ("capability-not-declared", "block-output") for p in errors), error
+        assert all("unverified record" in p.message or "no record says" in p.message for p in errors), error
+        return
     plan = build_plan(validated)
     assert plan.checkpoint == checkpoint and plan.mesh == mesh
     # Every flag and VLLM_* variable the appliance emits is one the pinned vLLM or plugin reads.
