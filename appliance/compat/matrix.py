@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from appliance.compat.checkpoint_config import CHECKPOINTS_FILE, CheckpointConfig, load_checkpoint_configs
 from appliance.config.schema import STATUS_ORDER, Status
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
@@ -146,6 +147,8 @@ class Checkpoint:
     """Name of the recipe that builds this checkpoint locally (no download possible)."""
     kv_bytes_per_token: int | None = None
     """KV-cache bytes per token (2 x layers x KV heads x head dim x dtype bytes), for engines sized in bytes."""
+    config: CheckpointConfig | None = None
+    """Its config.json's length facts, joined from models/checkpoints.yaml at load time."""
 
     def row(self, mesh: str) -> DeviceRow | None:
         return next((d for d in self.devices if d.mesh == mesh), None)
@@ -190,7 +193,8 @@ class CompatibilityMatrix:
 
 
 # The parsing code a cached matrix depends on (appliance.data_files.cached keys on their source).
-_CODE = ("appliance.compat.matrix", "appliance.config.schema", "pydantic.version")
+_CODE = ("appliance.compat.matrix", "appliance.compat.checkpoint_config", "appliance.config.schema",
+         "pydantic.version")  # fmt: skip
 
 
 @cache
@@ -202,19 +206,20 @@ def _family_adapter() -> TypeAdapter[Family]:
 
 
 def load_matrix(models_dir: Path = MODELS_DIR) -> CompatibilityMatrix:
-    """Read every models/<family>.yaml (cached by content); a malformed file is a ConfigError naming it."""
+    """Read every models/<family>.yaml and the checkpoint facts (cached by content); a malformed file is a
+    ConfigError naming it."""
     paths = sorted(models_dir.glob("*.yaml"))
-    families = cached("matrix", paths, _CODE, lambda: _parse_families(paths), dict)
+    families = cached("matrix", paths, _CODE, lambda: _parse_families(paths, models_dir / CHECKPOINTS_FILE), dict)
     return CompatibilityMatrix(MappingProxyType(families))
 
 
-def _parse_families(paths: list[Path]) -> dict[str, Family]:
+def _parse_families(paths: list[Path], checkpoints: Path) -> dict[str, Family]:
     import yaml
     from pydantic import ValidationError
 
     families: dict[str, Family] = {}
     problems: list[Problem] = []
-    for path in paths:
+    for path in (p for p in paths if p != checkpoints):
         try:
             family = _family_adapter().validate_python(parse_yaml(path.read_text()))
         except yaml.YAMLError as err:
@@ -229,7 +234,13 @@ def _parse_families(paths: list[Path]) -> dict[str, Family]:
         families[family.family] = family
     if problems:
         raise ConfigError(tuple(problems))
-    return families
+    configs = load_checkpoint_configs(checkpoints)
+    return {name: _with_configs(family, configs) for name, family in families.items()}
+
+
+def _with_configs(family: Family, configs: Mapping[str, CheckpointConfig]) -> Family:
+    checkpoints = tuple(replace(c, config=configs.get(c.checkpoint, c.config)) for c in family.checkpoints)
+    return replace(family, checkpoints=checkpoints)
 
 
 def _same_commit(a: str, b: str) -> bool:

@@ -16,7 +16,7 @@ from appliance.resources import build_dir
 if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
     from pydantic import ConfigDict
 
-__all__ = ["PluginStates", "load_states"]
+__all__ = ["PluginStates", "cpu_vllm", "load_states"]
 
 _IGNORE: ConfigDict = {"extra": "ignore"}
 
@@ -73,6 +73,25 @@ def load_states(build: Path | None = None) -> PluginStates:
     return cached("plugin-states", paths, _CODE, lambda: _parse_states(root), PluginStates)
 
 
+@cache
+def cpu_vllm(build: Path | None = None) -> str:
+    """The vLLM version build/cpu/pins.yaml pins for the cpu engine (engines/pins.py owns the rest of the file)."""
+    path = (build or build_dir()) / "cpu" / "pins.yaml"
+    return cached("cpu-vllm", [path], _CODE, lambda: _required(_pinned_vllm(path), path), str)
+
+
+def _pinned_vllm(path: Path) -> str | None:
+    from pydantic import TypeAdapter
+
+    return load_data_file(path, TypeAdapter(_Pinned), "pins", "pin manifest for this engine").vllm.get("version")
+
+
+def _required(version: str | None, path: Path) -> str:
+    if version is None:
+        raise ConfigError((Problem("pins-invalid", f"{path}:vllm.version", "no vLLM version is pinned"),))
+    return version
+
+
 def _parse_states(root: Path) -> PluginStates:
     from pydantic import TypeAdapter  # here: cached states are read without pydantic's schema builder
 
@@ -84,8 +103,7 @@ def _parse_states(root: Path) -> PluginStates:
                 (Problem("plugin-state-invalid", str(path), f"the file must be named {state.name}.yaml"),)
             )
         states.append(state)
-    pins = load_data_file(root / "pins.yaml", TypeAdapter(_Pinned), "pins", "pin manifest for this engine")
-    version = pins.vllm.get("version")
+    version = _pinned_vllm(root / "pins.yaml")
     pinned = next((s for s in states if s.vllm == version), None)
     if pinned is None:
         raise ConfigError((Problem("pin-inconsistent", str(root / "pins.yaml"),

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from appliance.compat.checkpoint_config import is_local_path
 from appliance.compat.contract import (
     check_extra_args,
     check_tt_env,
@@ -32,9 +33,10 @@ from appliance.compat.features import (
     record_disagreements,
 )
 from appliance.compat.limits import check_data_parallel, check_kv_pool, check_limits, kv_pool
+from appliance.compat.long_context import check_checkpoint_context
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
 from appliance.compat.reads import check_env_reads
-from appliance.compat.state_set import PluginStates, load_states
+from appliance.compat.state_set import PluginStates, cpu_vllm, load_states
 from appliance.compat.states import PluginState
 from appliance.config.schema import ApplianceConfig, ComposedConfig, EngineKind
 from appliance.errors import ConfigError, Problem
@@ -124,6 +126,8 @@ def validate(
     found += _check_engine(cfg, engine)
     found += _check_scheduler(cfg, engine)
     found += check_limits(cfg, entry.checkpoint, entry.row, context, concurrency)
+    found += check_checkpoint_context(cfg.model.checkpoint, entry.checkpoint, context, env, extra.args,
+                                      state.vllm if state else cpu_vllm())  # fmt: skip
     found += check_data_parallel(cfg, entry.architecture, entry.checkpoint, entry.row, dp, concurrency, lane)
     found += check_features(cfg, entry.architecture, caps, state, states, Request(tt, concurrency, dp, lane))
     found += _check_precision(cfg, entry)
@@ -252,11 +256,6 @@ def _resolve_entry(
                         f"vllm-tt-plugin registers no class {arch.tt_class} for {name}: {support}",
                         "Choose another checkpoint or another plugin state")], None  # fmt: skip
     return [], _Entry(family, checkpoint, arch, row)
-
-
-def is_local_path(name: str) -> bool:
-    """A checkpoint written as a path (/, ., ~) rather than a hub id."""
-    return name.startswith(("/", ".", "~"))
 
 
 def _local_checkpoint(family: Family, name: str) -> Checkpoint | None:
