@@ -26,8 +26,12 @@ CONFIGS = {
     "lab-t3k": ("site=lab-t3k", "+model=llama"),
     "edge-n150": ("site=edge-n150", "+model=llama"),
     # The Galaxy class's sampling capability is unverified: offline, the row's on-device sampling is refused.
-    "galaxy": ("+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-               "features.sample_on_device=off"),
+    "galaxy": (
+        "+model=llama",
+        "mesh=galaxy",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        "features.sample_on_device=off",
+    ),
     "cpu": ("mesh=cpu",),
 }
 

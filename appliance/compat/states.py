@@ -251,8 +251,8 @@ class PluginState:
             for part in ("lane_dp", "async", "requests", "greedy"):
                 yield f"speculative.{part}", self.speculative.source, self.speculative.status
         if self.block_output is not None:
-            parts = ["max_num_seqs", "data_parallel", "synchronous", "sample_on_device", "prefix_caching", "speculative"]
-            for part in parts + (["required"] if self.block_output.required_classes else []):
+            parts = ["max_num_seqs", "data_parallel", "synchronous", "sample_on_device", "prefix_caching"]
+            for part in [*parts, "speculative", *(["required"] if self.block_output.required_classes else [])]:
                 yield f"block_output.{part}", self.block_output.source, self.block_output.status
 
     def reads_env(self, name: str) -> Read | None:
