@@ -78,8 +78,9 @@ def class_capabilities(
     keys = {k for r in arch.capabilities for k in r.declares} | set(_FEATURE_KEYS.values())
     if installed is not None:
         keys |= set(installed)
-        facts = {k: CapabilityFact(k, installed.get(k, False), True, f"the installed class {target}", target)
-                 for k in sorted(keys)}  # fmt: skip
+        # A capability flag the class omits is False to the plugin; an omitted limit (max_device_top_k) is absent.
+        facts = {k: CapabilityFact(k, installed.get(k, False if k.startswith("supports_") else None), True,
+                                   f"the installed class {target}", target) for k in sorted(keys)}  # fmt: skip
         return Capabilities(target, facts, row.tt_metal)
     return Capabilities(target, {k: arch.capability(k, row.tt_metal, target) for k in sorted(keys)}, row.tt_metal)
 
@@ -97,7 +98,7 @@ def record_disagreements(arch: Architecture, row: DeviceRow, caps: Capabilities)
     """Records that say otherwise than the installed class (`caps` read from it), with both values."""
     for key, fact in caps.facts.items():
         recorded = arch.capability(key, row.tt_metal, caps.target)
-        if recorded.value is not None and bool(recorded.value) != bool(fact.value):
+        if None not in (recorded.value, fact.value) and recorded.value != fact.value:
             yield Problem("capability-record-disagrees", "model.checkpoint",
                           f"{caps.target} declares {key}={fact.value!r} as installed, but models/ records "
                           f"{recorded.value!r} ({recorded.source})", "Correct the record in models/", "warning",
