@@ -20,11 +20,11 @@ from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_
 from appliance.compat.contract import flag_names
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
-from appliance.config.schema import ControlConfig, EngineKind, SupervisorConfig
+from appliance.config.schema import ApplianceConfig, ControlConfig, EngineKind, SupervisorConfig
 from appliance.errors import Problem
 from appliance.resources import default_engines_dir, engine_plugins_dir
 
-__all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "PHASED_MODULE", "LaunchPlan", "build_plan"]
+__all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "PHASED_MODULE", "LaunchPlan", "build_plan", "engine_python"]
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # Engine-side code (it imports vLLM), put on the engine's PYTHONPATH when a config needs it.
@@ -96,8 +96,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     """The launch plan for a validated config."""
     cfg = validated.config
     paths = cfg.paths
-    engines_dir = Path(paths.engines_dir) if paths.engines_dir else default_engines_dir(paths.cache_dir)
-    python = cfg.engine.python or str(engines_dir / validated.engine / "bin" / "python")
+    python = engine_python(cfg, validated.engine)
     generate = validated.checkpoint.generated
     model_path = str(Path(paths.cache_dir) / "models" / generate) if generate else _local_or_hub(cfg.model.checkpoint)
     served = cfg.model.served_name or cfg.model.checkpoint
@@ -140,6 +139,13 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         expected=MappingProxyType(_expected(validated)),
         probe_timeout_s=cfg.engine.probe_timeout_s,
     )
+
+
+def engine_python(cfg: ApplianceConfig, engine: EngineKind) -> str:
+    """The engine's interpreter: engine.python, else the environment `appliance build` made under the engines dir."""
+    paths = cfg.paths
+    engines_dir = Path(paths.engines_dir) if paths.engines_dir else default_engines_dir(paths.cache_dir)
+    return cfg.engine.python or str(engines_dir / engine / "bin" / "python")
 
 
 def _local_or_hub(checkpoint: str) -> str:

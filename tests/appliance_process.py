@@ -34,7 +34,8 @@ KEY_ENV, API_KEY = "SITE_OPENAI_KEY", "sk-reliability-test"
 """The restartable appliance's engine port takes this key, read from the variable named KEY_ENV."""
 CAPABILITY_OVERRIDES = (
     "features.prefix_caching=true", "features.chunked_prefill=false", "engine.env.VLLM_RPC_TIMEOUT='100000'",
-    "engine.extra_args=[--gpu-memory-utilization,'0.2',--enforce-eager,--kv-cache-memory-bytes,'268435456']",
+    "engine.extra_args=[--gpu-memory-utilization,'0.2',--enforce-eager,--dtype,float32,--kv-cache-memory-bytes,"
+    "'268435456']",
 )  # fmt: skip
 """Capabilities away from the defaults, which the restartable appliance runs with: prefix caching on,
 chunked prefill off, a variable vLLM does not read, a KV pool the CPU platform replaces with its own
@@ -45,9 +46,11 @@ chunked prefill off, a variable vLLM does not read, a KV pool the CPU platform r
 # stray `re.py`, which the engine must not import. Both stand behind the gateway test's balancer, as
 # two hosts' appliances would: each engine on a core of its own (vLLM's auto binding puts both on
 # core 0, and a restarting engine then starves beside the one carrying the load), out of rotation
-# 2 s before a drain stops the engine accepting.
+# 2 s before a drain stops the engine accepting. Both keep conf/engine/cpu.yaml's float32: on a host with
+# AMX (Sapphire Rapids) in this sandbox, torch's bfloat16 kernels die of SIGILL at the first request.
 READ_ONLY_EXTRA = (
-    'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--enable-logging-iteration-details]',
+    'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--dtype,float32,'
+    "--enable-logging-iteration-details]",
     "engine.env.VLLM_LOG_STATS_INTERVAL=1",
     "engine.env.VLLM_CPU_OMP_THREADS_BIND=1",
     "supervisor.deregister_s=2",

@@ -32,13 +32,17 @@ def host_checks_for_serve(validated: ValidatedConfig, plan: LaunchPlan, host: Ho
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Exit 1 when a check fails: the host or the engine is not ready for this config."""
+    from appliance.cli.engine_verdict import installed_classes
     from appliance.preflight.pilot import PilotOptions, run_pilot
     from appliance.preflight.report import report_json, report_markdown, verdict_line
 
     host = discover_host(args.host_root, tt_smi="tt-smi")
     matrix = load_matrix()
-    validated = validate(resolve_config(tuple(args.overrides), matrix, lambda: host, site_dir=args.site_dir), matrix)
-    options = PilotOptions(engine_url=args.engine_url, releases=args.releases, contract=args.contract)
+    composed = resolve_config(tuple(args.overrides), matrix, lambda: host, site_dir=args.site_dir)
+    installed = installed_classes(composed, matrix) if args.probe else None
+    validated = validate(composed, matrix, installed=installed)
+    options = PilotOptions(engine_url=args.engine_url, releases=args.releases, contract=args.contract,
+                           probe=args.probe)  # fmt: skip
     report = run_pilot(validated, build_plan(validated), host, options)
     if args.report:
         try:
@@ -85,6 +89,8 @@ def register(command: Command) -> None:
     check.add_argument("--releases", default=str(RELEASES_FILE), help="vLLM release list file, or `index` (PyPI)")
     check.add_argument("--contract", type=Path, default=CONTRACT_FILE, help="recorded client contract (JSON)")
     check.add_argument("--host-root", type=Path, default=Path("/"), help="read /dev and /sys from a recorded tree")
+    check.add_argument("--no-probe", dest="probe", action="store_false",
+                       help="skip asking the engine's own config code (engine.config)")  # fmt: skip
     record = command("api-contract", _cmd_api_contract)
     record.add_argument("--engine-url", default="http://127.0.0.1:8000")
     record.add_argument("--out", type=Path, help="write it here (e.g. build/openapi-contract.json)")

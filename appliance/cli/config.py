@@ -59,7 +59,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     # Imported here: a verdict does not pay for the fleet and slots planners (issue 16).
     from appliance.cli.deploy import plan_all_sites
-    from appliance.cli.engine_verdict import print_verdict, refused, verdict_json
+    from appliance.cli.engine_verdict import engine_validated, print_verdict, refused, verdict_json
     from appliance.cli.slots import plan_slots
     from appliance.plan import build_plan
 
@@ -67,7 +67,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return plan_all_sites(args)
     if slots_choice(args.overrides) is not None:
         return plan_slots(args)
-    plan = build_plan(validated_config(args, load_matrix()))
+    matrix = load_matrix()
+    plan = build_plan(engine_validated(args, matrix) if args.probe else validated_config(args, matrix))
     verdict = _probe(plan) if args.probe else None
     if args.json:
         out.print_json(data=plan.to_json() | ({"probe": verdict_json(verdict)} if verdict else {}))

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance.cli.common import err, out
 from appliance.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
+    from appliance.compat.matrix import CompatibilityMatrix
+    from appliance.compat.validate import InstalledClasses, ValidatedConfig
+    from appliance.config.schema import ComposedConfig
     from appliance.engines.config_probe import EngineVerdict
     from appliance.host import Board
     from appliance.plan import LaunchPlan
 
-__all__ = ["ask_engine", "print_verdict", "refused", "verdict_json", "verdict_lines"]
+__all__ = [
+    "ask_engine",
+    "engine_validated",
+    "installed_classes",
+    "print_verdict",
+    "refused",
+    "verdict_json",
+    "verdict_lines",
+]
 
 # Effective values in the order an operator reads them, with the short name the summary line uses.
 _SHOWN = (
@@ -35,6 +46,42 @@ def ask_engine(plan: LaunchPlan, boards: tuple[Board, ...] = (), lock_dir: Path 
 
     err.print(f"asking the engine's config code ({plan.python}) about this plan ...", markup=False)
     return probe_config(plan, engine_environment(plan, os.environ), boards, lock_dir)
+
+
+def engine_validated(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ValidatedConfig:
+    """The command line's config judged with the installed class's capabilities where the tt-metal environment is."""
+    from appliance.cli.common import composed_config
+    from appliance.compat.validate import validate
+
+    against = getattr(args, "against", None)
+    composed = composed_config(args, matrix)
+    return validate(composed, matrix, against=against, installed=installed_classes(composed, matrix, against))
+
+
+def installed_classes(
+    composed: ComposedConfig, matrix: CompatibilityMatrix, against: str | None = None
+) -> InstalledClasses | None:
+    """The class the plugin would load, read from the tt-metal environment where one is installed (None: not TT, or
+    no environment here, and the records in models/ decide)."""
+    from appliance.compat.validate import loaded_target
+    from appliance.engines.config_probe import read_classes
+    from appliance.errors import LaunchError
+    from appliance.plan import engine_python
+
+    target = loaded_target(composed, matrix, against=against)
+    if target is None:
+        return None
+    cfg = composed.config
+    python = engine_python(cfg, "tt")
+    if not Path(python).is_file():
+        err.print(f"no tt-metal environment at {python}: the records in models/ decide the capabilities", markup=False)
+        return None
+    err.print(f"reading {target}'s model_capabilities in {python} ...", markup=False)
+    try:
+        return read_classes(python, (target,), {**os.environ, **cfg.engine.env}, cfg.engine.probe_timeout_s)
+    except LaunchError as error:
+        raise LaunchError(f"config-time probe of engine tt failed: {error}; rebuild the environment "
+                          "(`appliance build engine=tt`) or pass --no-probe") from None  # fmt: skip
 
 
 def verdict_lines(verdict: EngineVerdict) -> list[str]:

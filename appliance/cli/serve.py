@@ -32,7 +32,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if slots.wanted(args):
         return slots.serve_slots(args)
     host = discover_host()
-    validated = validated_config(args, load_matrix())
+    matrix = load_matrix()
+    if args.probe:
+        from appliance.cli.engine_verdict import engine_validated
+
+        validated = engine_validated(args, matrix)
+    else:
+        validated = validated_config(args, matrix)
     plan = build_plan(validated)
     _announce(plan, validated.family.description)
     preflight(plan, host)

@@ -41,7 +41,15 @@ from appliance.compat.states import PluginState
 from appliance.config.schema import ApplianceConfig, ComposedConfig, EngineKind
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["InstalledClass", "InstalledClasses", "ValidatedConfig", "is_local_path", "selected_class", "validate"]
+__all__ = [
+    "InstalledClass",
+    "InstalledClasses",
+    "ValidatedConfig",
+    "is_local_path",
+    "loaded_target",
+    "selected_class",
+    "validate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,23 @@ def validate(
 def selected_class(arch: Architecture, env: Mapping[str, str], state: PluginState | None) -> str | None:
     """The `module:Class` the plugin will load for `arch` under `env` and `state` (None: no TT class)."""
     return loaded_class(arch, env, state) if state is not None else None
+
+
+def loaded_target(
+    composed: ComposedConfig,
+    matrix: CompatibilityMatrix,
+    states: PluginStates | None = None,
+    against: str | None = None,
+) -> str | None:
+    """The class the plugin would load for a composed config, before it is judged (None: no TT class, or none found),
+    so the probe can read that class's capabilities from the tt-metal environment first."""
+    cfg = composed.config
+    if cfg.mesh.arch == "cpu":
+        return None
+    states = states or load_states()
+    state = states.select(against)
+    _, entry = _resolve_entry(cfg, matrix, state, states)
+    return None if entry is None else selected_class(entry.architecture, {**entry.row.env, **cfg.engine.env}, state)
 
 
 def _installed_checks(entry: _Entry, caps: Capabilities, read: InstalledClass) -> list[Problem]:

@@ -21,12 +21,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from appliance.compat.validate import InstalledClass, InstalledClasses
 from appliance.engines.engine_env import holding_devices, run_probe
 from appliance.errors import LaunchError
 from appliance.host import Board
 from appliance.plan import ENGINE_MODULE, LaunchPlan
 
-__all__ = ["Difference", "EngineVerdict", "compare", "engine_args", "probe_config"]
+__all__ = ["Difference", "EngineVerdict", "compare", "engine_args", "probe_config", "read_classes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,19 @@ def probe_config(
         logged=tuple(data.get("logged") or ()),
         elapsed_s=time.monotonic() - started,
     )
+
+
+def read_classes(python: str, targets: tuple[str, ...], env: Mapping[str, str], timeout_s: float) -> InstalledClasses:
+    """Each `module:Class`'s `model_capabilities`, imported in the tt-metal environment (nothing is built or opened).
+
+    `env`: the appliance's environment with the engine's (tt-metal's `models` package is found through it, as the
+    engine finds it). LaunchError when the interpreter cannot run the probe at all.
+    """
+    data = run_probe(python, "classes", timeout_s, targets, env)
+    return MappingProxyType({
+        target: InstalledClass(read.get("capabilities"), read.get("error"))
+        for target, read in data.items()
+    })  # fmt: skip
 
 
 def compare(expected: Mapping[str, Any], effective: Mapping[str, Any]) -> tuple[Difference, ...]:

@@ -25,6 +25,7 @@ from appliance.host import HostFacts
 from appliance.plan import LaunchPlan
 from appliance.preflight.api_contract import CONTRACT_FILE, diff_contract, load_contract, record_contract
 from appliance.preflight.checks import CheckResult, CheckStatus, HostCheckInput, check, host_checks, worst
+from appliance.preflight.engine_config import engine_config_check
 from appliance.preflight.isolation import scan_core
 from appliance.preflight.report import PilotReport
 from appliance.preflight.workload_fit import scheduler_check
@@ -58,6 +59,8 @@ class PilotOptions:
     contract: Path = CONTRACT_FILE
     build_dir: Path = BUILD_DIR
     timeout_s: float = 60.0
+    probe: bool = True
+    """Ask the engine's own config code about the plan (engine.config)."""
 
 
 def run_pilot(validated: ValidatedConfig, plan: LaunchPlan, host: HostFacts, options: PilotOptions) -> PilotReport:
@@ -77,6 +80,7 @@ def run_pilot(validated: ValidatedConfig, plan: LaunchPlan, host: HostFacts, opt
         pinning_check(pins, env, env_error, plan, options.build_dir),
         scheduler_check(validated),
         api_check(options.contract, options.engine_url or plan.base_url),
+        *((engine_config_check(plan, host),) if options.probe else ()),
     )
     return PilotReport(
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
