@@ -107,7 +107,7 @@ def test_the_tt_dry_run_prints_the_pinned_plugin_recipe(cli: Cli) -> None:
     assert done.returncode == 0, done.stderr
     script = done.stdout
     assert f"v{pins.vllm.version}/requirements/common.txt" in script
-    assert "opencv-python-headless==4.11.0.86\nnumpy>=1.24.4,<2\n" in script
+    assert "opencv-python-headless==4.11.0.86\nnumpy>=1.24.4,<2\ntransformers==5.13.1\nml-dtypes==0.6.0\n" in script
     assert "VLLM_TARGET_DEVICE=empty uv pip install --python" in script
     assert f"--no-deps --no-binary vllm vllm=={pins.vllm.version}" in script
     assert f"vllm-tt-plugin@{pins.plugin.commit}" in script

@@ -150,7 +150,7 @@ def _tt_steps(pins: PinManifest, env_dir: str, work: Path, link: str | None) -> 
         RunStep("work directories", ("mkdir", "-p", str(work), *([str(Path(link).parent)] if link else []))),
         RunStep(f"fetch vLLM {version}'s common requirements",
                 ("curl", "-fsSL", _VLLM_COMMON.format(version=version), "-o", common)),
-        WriteStep("overrides: ttnn needs numpy<2, and opencv>=4.13 needs numpy>=2", overrides,
+        WriteStep("overrides: numpy<2 for ttnn, and the versions that work beside it (build/tt/pins.yaml)", overrides,
                   "".join(f"{name}{spec}\n" for name, spec in pins.overrides.items())),
         RunStep("vLLM's common requirements, with the overrides", (*uv, "--override", overrides, "-r", common)),
         *([RunStep("what common.txt omits: CPU builds, no dependencies", (*uv, "--no-deps", "--index-url", _TORCH_CPU,
