@@ -48,7 +48,7 @@ def tiny_plan() -> tuple[LaunchPlan, dict[str, str]]:
     from appliance.runtime.spawn import engine_environment
     from appliance.serve import ensure_model
 
-    plan = build_plan(validate(compose_config(["model=tiny"]), load_matrix()))
+    plan = build_plan(validate(compose_config(["model=tiny", "mesh=cpu"]), load_matrix()))
     ensure_model(plan)
     return plan, engine_environment(plan, os.environ)
 

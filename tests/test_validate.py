@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from appliance.compat.fit import fit_row
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
 from appliance.compat.state_set import load_states
 from appliance.compat.validate import InstalledClass, validate
@@ -209,6 +210,12 @@ def test_every_validated_row_yields_a_plan(
         errors = [p for p in error.problems if p.severity == "error"]
         assert errors and all(p.code in ("capability-not-declared", "block-output") for p in errors), error
         assert all("unverified record" in p.message or "no record says" in p.message for p in errors), error
+        # `appliance matrix` says the same of the row at its own settings.
+        f = MATRIX.families[family]
+        c = f.checkpoint(checkpoint)
+        assert c is not None and (row := c.row(mesh)) is not None
+        if any(p.key == "features.sample_on_device" for p in errors):
+            assert fit_row(PINNED, f.architectures[c.architecture], row).bucket != "runnable"
         return
     plan = build_plan(validated)
     assert plan.checkpoint == checkpoint and plan.mesh == mesh

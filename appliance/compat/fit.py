@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from appliance.compat.features import class_capabilities
 from appliance.compat.limits import KvPool, check_kv_pool
 from appliance.compat.matrix import Architecture, DeviceRow
 from appliance.compat.states import PluginState
@@ -69,4 +70,18 @@ def fit_row(state: PluginState | None, arch: Architecture, row: DeviceRow) -> Fi
         row.kv_pool_tokens is not None,
         "the row's kv_pool_tokens" if row.kv_pool_tokens is not None else "the plugin's default pool",
     )
-    return fit_of(list(check_kv_pool(pool, row.max_context, per_rank, dp, row.mesh)))
+    return fit_of([*check_kv_pool(pool, row.max_context, per_rank, dp, row.mesh), *_row_sampling(state, arch, row)])
+
+
+def _row_sampling(state: PluginState, arch: Architecture, row: DeviceRow) -> list[Problem]:
+    """The row's on-device sampling against what the class declares, as validate judges it (features.py)."""
+    caps = class_capabilities(arch, row, row.env, state)
+    rule = state.capability_keys.get("supports_sample_on_device")
+    if "sample_on_device_mode" not in row.tt or rule is None or rule.missing != "reject":
+        return []
+    if caps.declared("supports_sample_on_device"):
+        return []
+    fact = caps.facts["supports_sample_on_device"]
+    doubt = "only an unverified record says it declares it" if fact.value else "it does not declare it"
+    return [Problem("capability-not-declared", "features.sample_on_device", f"{caps.target}: {doubt} ({fact.source})",
+                    "features.sample_on_device=off, or verify the record")]  # fmt: skip
