@@ -121,6 +121,9 @@ def test_a_block_output_model_runs_at_its_rows_settings_and_only_from_0_26(matri
     # Offline its sampling capability is unverified, so the row's on-device sampling is refused; installed, the
     # class's own model_capabilities decide.
     assert {p.rule for p in refused(matrix, *DIFFUSION)} == {"capability.supports_sample_on_device"}
+    with pytest.raises(ConfigError) as offline:  # its block shape rests on an unverified record: said, not refused
+        judged(matrix, *DIFFUSION)
+    assert "capability.output_tokens_per_step" in {p.rule for p in offline.value.problems if p.severity == "warning"}
     installed = {DIFFUSION_CLASS: InstalledClass({"output_tokens_per_step": 256, "supports_sample_on_device": True})}
     plan = build_plan(judged(matrix, *DIFFUSION, installed=installed))
     assert after(plan, "--max-num-seqs") == "1" and "--no-async-scheduling" in plan.argv

@@ -161,6 +161,12 @@ def check_features(
         yield from _speculative(cfg, caps, state.speculative, state, req.lane)
     if state.block_output is not None and (caps.block_output or arch.tt_class in state.block_output.required_classes):
         yield from _block_output(cfg, arch.tt_class, caps, state.block_output, req)
+    width = caps.facts.get("output_tokens_per_step")
+    if caps.block_output and width is not None and not width.verified:  # a shape the plan follows, not a feature
+        yield Problem("capability-unverified", "model.checkpoint", f"{caps.target} commits {width.value} tokens per "
+                      f"step per {width.source}, not verified at tt-metal {caps.tt_metal}",
+                      "Verify the class's output_tokens_per_step and record it in models/", "warning",
+                      "capability.output_tokens_per_step")  # fmt: skip
 
 
 def _cpu_capability(cfg: ApplianceConfig, caps: Capabilities, feature: str) -> Iterator[Problem]:
