@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.cli.common import Command, composed_config, err, findings, out, validated_config
+from appliance.cli.common import Command, composed_config, err, findings, out
 from appliance.compat.fit import fit_of
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
@@ -59,7 +59,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     # Imported here: a verdict does not pay for the fleet and slots planners (issue 16).
     from appliance.cli.deploy import plan_all_sites
-    from appliance.cli.engine_verdict import engine_validated, print_verdict, refused, verdict_json
+    from appliance.cli.engine_verdict import print_verdict, refused, validated_for, verdict_json
     from appliance.cli.slots import plan_slots
     from appliance.plan import build_plan
 
@@ -67,8 +67,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return plan_all_sites(args)
     if slots_choice(args.overrides) is not None:
         return plan_slots(args)
-    matrix = load_matrix()
-    plan = build_plan(engine_validated(args, matrix) if args.probe else validated_config(args, matrix))
+    plan = build_plan(validated_for(args, load_matrix(), args.probe))
     verdict = _probe(plan) if args.probe else None
     if args.json:
         out.print_json(data=plan.to_json() | ({"probe": verdict_json(verdict)} if verdict else {}))

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ask_engine",
-    "engine_validated",
     "installed_classes",
     "print_verdict",
     "refused",
+    "validated_for",
     "verdict_json",
     "verdict_lines",
 ]
@@ -48,11 +48,14 @@ def ask_engine(plan: LaunchPlan, boards: tuple[Board, ...] = (), lock_dir: Path 
     return probe_config(plan, engine_environment(plan, os.environ), boards, lock_dir)
 
 
-def engine_validated(args: argparse.Namespace, matrix: CompatibilityMatrix) -> ValidatedConfig:
-    """The command line's config judged with the installed class's capabilities where the tt-metal environment is."""
-    from appliance.cli.common import composed_config
+def validated_for(args: argparse.Namespace, matrix: CompatibilityMatrix, probe: bool) -> ValidatedConfig:
+    """The command line's config judged; with `probe`, by the installed class's capabilities where the tt-metal
+    environment is (else by the records, as `validate` judges offline)."""
+    from appliance.cli.common import composed_config, validated_config
     from appliance.compat.validate import validate
 
+    if not probe:
+        return validated_config(args, matrix)
     against = getattr(args, "against", None)
     composed = composed_config(args, matrix)
     return validate(composed, matrix, against=against, installed=installed_classes(composed, matrix, against))

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_jsonable_python
 
 from appliance.cli import check, slots
-from appliance.cli.common import Command, err, out, validated_config
+from appliance.cli.common import Command, err, out
+from appliance.cli.engine_verdict import validated_for
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ApiError, ConfigError, EngineError, Problem
 from appliance.host import discover_host
@@ -32,13 +33,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if slots.wanted(args):
         return slots.serve_slots(args)
     host = discover_host()
-    matrix = load_matrix()
-    if args.probe:
-        from appliance.cli.engine_verdict import engine_validated
-
-        validated = engine_validated(args, matrix)
-    else:
-        validated = validated_config(args, matrix)
+    validated = validated_for(args, load_matrix(), args.probe)
     plan = build_plan(validated)
     _announce(plan, validated.family.description)
     preflight(plan, host)
