@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ask_engine",
+    "engine_accepts",
     "installed_classes",
     "print_verdict",
     "refused",
@@ -85,6 +86,17 @@ def installed_classes(
     except LaunchError as error:
         raise LaunchError(f"config-time probe of engine tt failed: {error}; rebuild the environment "
                           "(`appliance build engine=tt`) or pass --no-probe") from None  # fmt: skip
+
+
+def engine_accepts(plan: LaunchPlan) -> None:
+    """`serve`: the engine's config code must accept the plan before it spawns; a refusal is exit 2, nothing started.
+
+    serve holds the device lock already, and the probe's process has exited before the engine opens a chip.
+    """
+    verdict = ask_engine(plan)
+    print_verdict(verdict)
+    if not verdict.accepted:
+        raise refused(verdict)
 
 
 def verdict_lines(verdict: EngineVerdict) -> list[str]:

@@ -11,7 +11,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance.cli import check, slots
 from appliance.cli.common import Command, err, out
-from appliance.cli.engine_verdict import validated_for
+from appliance.cli.engine_verdict import engine_accepts, validated_for
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ApiError, ConfigError, EngineError, Problem
 from appliance.host import discover_host
@@ -42,25 +42,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         control = bind_control_socket(plan)
         ensure_model(plan)
         if args.probe:
-            _engine_accepts(plan)
+            engine_accepts(plan)
         token = control_token(plan)
         where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
         out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
         out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
         return asyncio.run(run_service(plan, token.value, control, checks))
-
-
-def _engine_accepts(plan: LaunchPlan) -> None:
-    """The engine's config code must accept the plan before it spawns: a refusal is exit 2, nothing started.
-
-    serve holds the device lock already, and the probe's process has exited before the engine opens a chip.
-    """
-    from appliance.cli.engine_verdict import ask_engine, print_verdict, refused
-
-    verdict = ask_engine(plan)
-    print_verdict(verdict)
-    if not verdict.accepted:
-        raise refused(verdict)
 
 
 def _announce(plan: LaunchPlan, description: str) -> None:

@@ -124,6 +124,7 @@ def serve_slots(args: argparse.Namespace) -> int:
     """`appliance serve slots=<name>`: every slot's engine under its own supervisor, one control API."""
     import asyncio
 
+    from appliance.cli.engine_verdict import engine_accepts
     from appliance.serve import bind_control_socket, control_token, ensure_model, preflight
     from appliance.slots.serve import hold_slot_locks, run_slots
 
@@ -139,6 +140,9 @@ def serve_slots(args: argparse.Namespace) -> int:
         control = bind_control_socket(plan.slots[0].plan)
         for slot in {s.plan.model_path: s for s in plan.slots}.values():  # slots may share a checkpoint
             ensure_model(slot.plan)
+        for slot in plan.slots if args.probe else ():  # each slot's engine judges its own plan before any spawns
+            err.print(f"slot {slot.name}:", markup=False)
+            engine_accepts(slot.plan)
         token = control_token(plan.slots[0].plan)
         where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
         out.print(
