@@ -20,6 +20,7 @@ import filelock
 import uvicorn
 
 from appliance.control.api import create_app
+from appliance.control.tls import check_server_files, uvicorn_tls
 from appliance.errors import LaunchError
 from appliance.host import HostFacts, device_lock_name
 from appliance.plan import LaunchPlan
@@ -149,7 +150,10 @@ class EmbeddedServer(uvicorn.Server):
 
 
 def bind_control_socket(plan: LaunchPlan) -> socket.socket:
-    """Bind the control port now, so a taken port is refused before the engine starts."""
+    """Bind the control port now, so a taken port is refused before the engine starts; with control.tls, its files
+    are judged first (one line naming the file, exit 2), so nothing binds with a key others can read."""
+    if plan.control.tls is not None:
+        check_server_files(plan.control.tls)
     family = socket.AF_INET6 if ":" in plan.control.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -174,6 +178,7 @@ async def run_service(plan: LaunchPlan, token: str, control: socket.socket, chec
         port=plan.control.port,
         log_level="warning",
         lifespan="off",
+        **uvicorn_tls(plan.control.tls),
     )
     server = EmbeddedServer(config)
     received: list[signal.Signals] = []

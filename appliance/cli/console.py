@@ -24,7 +24,9 @@ def _cmd_console(args: argparse.Namespace) -> int:
     entries = load_site_file(args.site_file) if args.site_file else ()
     urls = args.url or ([] if entries else ["http://127.0.0.1:8100"])
     token = control_token(args) if urls else ""
-    targets = [target(e) for e in entries] + [Target(u.split("//")[-1].rstrip("/"), u.rstrip("/"), token) for u in urls]
+    targets = [target(e) for e in entries] + [
+        Target(u.split("//")[-1].rstrip("/"), u.rstrip("/"), token, args.ca_file) for u in urls
+    ]
     targets = [slot for t in targets for slot in expand_slots(t)]
     if len({t.name for t in targets}) != len(targets):
         raise ConfigError((Problem("duplicate-appliance", "--url", "an appliance is listed twice", "List each once"),))
@@ -47,3 +49,4 @@ def register(command: Command) -> None:
     console.add_argument("--refresh", type=float, default=1.0, help="seconds between polls (default 1)")
     console.add_argument("--token-env", default="APPLIANCE_TOKEN", help="env var with the token for --url")
     console.add_argument("--token-file", help="token file that `serve` printed, for --url")
+    console.add_argument("--ca-file", help="CA bundle that verifies an https --url (control.tls)")

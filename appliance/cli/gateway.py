@@ -20,7 +20,7 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     backends = []
     for entry in load_site_file(args.site_file):
         with SyncControlClient(target(entry)) as api:  # each appliance says where its engine serves
-            backends.append(backend(entry.name, api.state().engine_url, entry.url))
+            backends.append(backend(entry.name, api.state().engine_url, entry.url, entry.ca_file))
     text = render_haproxy(backends, args.listen, args.check_interval_ms)
     if args.dry_run:
         out.print(text, markup=False, end="")

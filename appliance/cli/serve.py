@@ -77,7 +77,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from appliance.control.client import SyncControlClient, Target, slot_target
     from appliance.control.documents import dump
 
-    appliance = Target(args.url, args.url.rstrip("/"), control_token(args))
+    appliance = Target(args.url, args.url.rstrip("/"), control_token(args), args.ca_file)
     with SyncControlClient(appliance) as api:
         slots = api.slots()
     targets = [slot_target(appliance, name) for name in slots.slots] if slots else [appliance]
@@ -112,7 +112,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
 
     from appliance.control.client import SyncControlClient, Target
 
-    with SyncControlClient(Target(args.url, args.url.rstrip("/"), control_token(args))) as api:
+    with SyncControlClient(Target(args.url, args.url.rstrip("/"), control_token(args), args.ca_file)) as api:
         out.print(f"drain accepted in state {api.act('drain')}", markup=False)
         deadline = time.monotonic() + args.wait
         while (state := api.state().state) not in ("stopped", "failed") and time.monotonic() < deadline:
@@ -175,5 +175,6 @@ def register(command: Command) -> None:
         cmd.add_argument("--url", default="http://127.0.0.1:8100")
         cmd.add_argument("--token-env", default="APPLIANCE_TOKEN")
         cmd.add_argument("--token-file", help="token file that `serve` printed")
+        cmd.add_argument("--ca-file", help="CA bundle that verifies an https control API (control.tls)")
     status.add_argument("--json", action="store_true")
     drain.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the engine to stop (default: none)")

@@ -25,11 +25,11 @@ def check_exposure(cfg: ApplianceConfig) -> list[Problem]:
             "Set serving.api_key_env=<VAR> (the key stays in that variable), or bind 127.0.0.1 behind a balancer",
             severity="warning",
         ))  # fmt: skip
-    if not _loopback(cfg.control.host):
+    if not _loopback(cfg.control.host) and cfg.control.tls is None:
         found.append(Problem(
             "control-plain-http", "control.host",
             f"the control API binds {cfg.control.host}: its bearer token and drain/restart travel as plain HTTP",
-            "Keep control.host=127.0.0.1 and reach it over SSH or a TLS-terminating proxy",
+            "Set control.tls (cert_file, key_file, ca_file), or keep control.host=127.0.0.1",
             severity="warning",
         ))  # fmt: skip
     return found

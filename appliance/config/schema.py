@@ -19,6 +19,7 @@ __all__ = [
     "ApplianceConfig",
     "ComposedConfig",
     "ControlConfig",
+    "ControlTls",
     "EngineConfig",
     "EngineKind",
     "FeaturesConfig",
@@ -163,6 +164,19 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlTls:
+    __pydantic_config__ = _STRICT
+
+    cert_file: Name
+    """PEM certificate (chain) the control API presents."""
+    key_file: Name
+    """PEM private key of that certificate; readable by its owner only (mode 0600 or 0400)."""
+    ca_file: Name | None = None
+    """PEM CA bundle that signed the certificate: what the appliance's own clients (probes, hooks, the gateway's
+    health checks) verify it with; checked against the certificate at start."""
+
+
+@dataclass(frozen=True, slots=True)
 class ControlConfig:
     __pydantic_config__ = _STRICT
 
@@ -172,6 +186,12 @@ class ControlConfig:
     """Port of the control API."""
     token_env: EnvName = "APPLIANCE_TOKEN"
     """Environment variable holding the control API token; if unset a 0600 token file is made."""
+    tls: ControlTls | None = None
+    """Serve the control API over TLS (off by default: loopback and plain HTTP on a single host)."""
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
 
 @dataclass(frozen=True, slots=True)

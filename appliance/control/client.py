@@ -35,6 +35,7 @@ from appliance.control.documents import (
     StateDocument,
     parse,
 )
+from appliance.control.tls import client_context
 from appliance.errors import ApiError
 
 __all__ = ["Action", "ApiError", "ControlClient", "SyncControlClient", "Target", "expand_slots", "slot_target"]
@@ -51,11 +52,13 @@ class Target:
     name: str
     url: str
     token: str = field(repr=False)
+    ca_file: str | None = None
+    """The CA bundle an https control API is verified with (None: the system's trust store)."""
 
 
 def slot_target(appliance: Target, slot: str) -> Target:
     """The target of one slot of an appliance serving slots: its routes under /slots/<slot>."""
-    return Target(f"{appliance.name}/{slot}", f"{appliance.url}/slots/{slot}", appliance.token)
+    return Target(f"{appliance.name}/{slot}", f"{appliance.url}/slots/{slot}", appliance.token, appliance.ca_file)
 
 
 class ControlClient:
@@ -63,6 +66,7 @@ class ControlClient:
 
     def __init__(self, targets: Sequence[Target], *, timeout_s: float = 3.0) -> None:
         self.targets: Mapping[str, Target] = MappingProxyType({t.name: t for t in targets})
+        self._tls = {t.name: client_context(t.ca_file) or True for t in targets}
         self._timeout = timeout_s
         self._http: aiohttp.ClientSession | None = None
         self._kept: dict[tuple[str, str], tuple[str, object]] = {}
@@ -89,10 +93,11 @@ class ControlClient:
         target = self.targets[name]
         headers = _headers(target) | ({"If-None-Match": held} if held else {})
         try:
-            async with self._session().request(method, f"{target.url}{path}", headers=headers) as reply:
+            async with self._session().request(method, f"{target.url}{path}", headers=headers,
+                                               ssl=self._tls[name]) as reply:  # fmt: skip
                 return _Reply(reply.status, reply.url.path, await reply.read(), reply.headers.get("ETag"))
         except _TRANSPORT_ERRORS as err:
-            raise ApiError(name, f"{failed}{_reason(err)}") from None
+            raise ApiError(name, f"{failed}{_reason(err)}{_tls_hint(target, err)}") from None
 
     async def _get(self, name: str, path: str, kind: type[D], *, optional: bool = False) -> D | None:
         """GET a document, conditionally: the kept one again when the appliance answers 304."""
@@ -141,7 +146,8 @@ class ControlClient:
         url = f"{target.url}/logs?tail={tail}&follow=1"
         endless = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout)  # the stream has no end to wait for
         try:
-            async with self._session().get(url, headers=_headers(target), timeout=endless) as reply:
+            async with self._session().get(url, headers=_headers(target), timeout=endless,
+                                           ssl=self._tls[name]) as reply:  # fmt: skip
                 if reply.status != 200:
                     refused = _Reply(reply.status, reply.url.path, await reply.read())
                     raise ApiError(name, _refusal(refused), reply.status)
@@ -164,7 +170,8 @@ class SyncControlClient:
 
     def __init__(self, target: Target, *, transport: httpx.BaseTransport | None = None, timeout_s: float = 5.0) -> None:
         self.target = target
-        self._http = httpx.Client(transport=transport, timeout=timeout_s, trust_env=False)
+        self._http = httpx.Client(transport=transport, timeout=timeout_s, trust_env=False,
+                                  verify=client_context(target.ca_file) or True)  # fmt: skip
 
     def close(self) -> None:
         self._http.close()
@@ -180,7 +187,7 @@ class SyncControlClient:
         try:
             return self._http.request(method, f"{self.target.url}{path}", headers=_headers(self.target))
         except httpx.HTTPError as err:
-            raise ApiError(self.target.name, f"{failed}{_reason(err)}") from None
+            raise ApiError(self.target.name, f"{failed}{_reason(err)}{_tls_hint(self.target, err)}") from None
 
     def _reply(self, method: str, path: str, failed: str = _UNREACHABLE) -> _Reply:
         reply = self.request(method, path, failed)
@@ -221,6 +228,14 @@ class _Reply:
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 """What aiohttp raises when an appliance cannot be reached or stops answering (a timeout is not a ClientError)."""
+
+
+def _tls_hint(target: Target, err: BaseException) -> str:
+    """A plain-HTTP request that a TLS port cut off: say so, not only that the connection dropped."""
+    dropped = (httpx.RemoteProtocolError, httpx.ReadError, aiohttp.ServerDisconnectedError)
+    if target.url.startswith("http://") and isinstance(err, dropped):
+        return "; a control API serving TLS drops plain HTTP: use its https:// URL (with --ca-file)"
+    return ""
 
 
 def _headers(target: Target) -> dict[str, str]:

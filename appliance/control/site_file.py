@@ -5,6 +5,7 @@ Site file, YAML: a list of appliances, each
     - name: lab-t3k-01                 # shown in the fleet view
       url: http://10.0.4.21:8100       # its control API
       token_env: LAB_T3K_01_TOKEN      # env var holding its control token (default APPLIANCE_TOKEN)
+      ca_file: /etc/tt-appliance/ca.pem # verifies an https url (default: the system's trust store)
 
 Tokens are named, never written in the file.
 """
@@ -33,6 +34,7 @@ class SiteEntry:
     name: str
     url: str
     token_env: str = "APPLIANCE_TOKEN"
+    ca_file: str | None = None
 
 
 _SITE = TypeAdapter(list[SiteEntry])
@@ -62,7 +64,7 @@ def load_site_file(path: Path) -> tuple[SiteEntry, ...]:
 
 def target(entry: SiteEntry, environ: Mapping[str, str] = os.environ) -> Target:
     """The entry as the client addresses it, its token read from the variable it names."""
-    return Target(entry.name, entry.url.rstrip("/"), environ.get(entry.token_env, ""))
+    return Target(entry.name, entry.url.rstrip("/"), environ.get(entry.token_env, ""), entry.ca_file)
 
 
 def _site_error(path: Path, key: str, message: str) -> ConfigError:

@@ -36,21 +36,25 @@ class Backend:
     engine_port: int
     control_host: str
     control_port: int
+    control_ca: str | None = None
+    """For an https control API, what its health checks verify it with (`@system-ca`: the system's store)."""
 
 
-def backend(name: str, engine_url: str, control_url: str) -> Backend:
+def backend(name: str, engine_url: str, control_url: str, ca_file: str | None = None) -> Backend:
     """A backend from the two URLs an appliance reports; ConfigError naming it when one has no port."""
     engine, control = urlsplit(engine_url), urlsplit(control_url)
     if not (engine.hostname and engine.port and control.hostname and control.port):
         raise ConfigError((Problem("gateway-backend", name, f"engine {engine_url} / control {control_url} lack a "
                                    "host or port", "List each appliance's control URL with its port"),))  # fmt: skip
-    return Backend(name, engine.hostname, engine.port, control.hostname, control.port)
+    ca = (ca_file or "@system-ca") if control.scheme == "https" else None
+    return Backend(name, engine.hostname, engine.port, control.hostname, control.port, ca)
 
 
 def render_haproxy(backends: Sequence[Backend], listen: str, check_interval_ms: int = 500) -> str:
     """The haproxy.cfg text: one frontend on `listen` (host:port), one backend per appliance."""
     servers = [
         f"    server {b.name} {b.engine_host}:{b.engine_port} check addr {b.control_host} port {b.control_port}"
+        + (f" check-ssl verify required ca-file {b.control_ca}" if b.control_ca else "")
         for b in backends
     ]
     return "\n".join([

@@ -17,6 +17,7 @@ from pathlib import Path
 import uvicorn
 
 from appliance.control.api import create_slots_app
+from appliance.control.tls import uvicorn_tls
 from appliance.host import HostFacts, device_lock_name
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineEvent, EngineState
@@ -51,7 +52,8 @@ async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_re
     sups = {s.name: EngineSupervisor(s.plan, logs[s.name], name=f"slot {s.name}") for s in plan.slots}
     _watch_readiness(sups, on_ready)
     app = create_slots_app(plan.name, sups, token)
-    config = uvicorn.Config(app, host=plan.control.host, port=plan.control.port, log_level="warning", lifespan="off")
+    config = uvicorn.Config(app, host=plan.control.host, port=plan.control.port, log_level="warning", lifespan="off",
+                            **uvicorn_tls(plan.control.tls))  # fmt: skip
     server = EmbeddedServer(config)
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
