@@ -40,8 +40,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
+from appliance.config.schema import ControlTls
 from appliance.control.api import create_app
 from appliance.control.sources import Sources
+from appliance.control.tls import uvicorn_tls
 from appliance.host import HostFacts
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan, build_plan
@@ -208,27 +210,29 @@ def not_an_appliance() -> Iterator[str]:
         yield url
 
 
-def _server(app: ASGIApp) -> tuple[uvicorn.Server, socket.socket]:
+def _server(app: ASGIApp, tls: ControlTls | None = None) -> tuple[uvicorn.Server, socket.socket]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)), sock
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, **uvicorn_tls(tls))
+    return uvicorn.Server(config), sock
 
 
-def _url(sock: socket.socket) -> str:
-    return f"http://127.0.0.1:{sock.getsockname()[1]}"
+def _url(sock: socket.socket, tls: ControlTls | None = None) -> str:
+    return f"{'https' if tls else 'http'}://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @contextmanager
-def serving(app: ASGIApp) -> Iterator[str]:
-    """`app` served by uvicorn on a free loopback port, in a thread of its own, until the block ends."""
-    server, sock = _server(app)
+def serving(app: ASGIApp, tls: ControlTls | None = None) -> Iterator[str]:
+    """`app` served by uvicorn on a free loopback port, in a thread of its own, until the block ends (over TLS with
+    `tls`, as `appliance serve` serves it with control.tls)."""
+    server, sock = _server(app, tls)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
-        yield _url(sock)
+        yield _url(sock, tls)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
