@@ -10,21 +10,27 @@ import asyncio
 import datetime as dt
 import ipaddress
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from appliance.config.schema import ControlTls
 from appliance.control.client import ControlClient, SyncControlClient, Target
 from appliance.control.tls import check_server_files
-from appliance.deploy.gateway import backend, render_haproxy
+from appliance.deploy.gateway import backend, render_haproxy, run_haproxy
 from appliance.errors import ApiError, ConfigError
 
+from .appliance_process import free_ports
 from .helpers import TINY, Cli
 from .recorded_appliance import recorded_api, serving
 
@@ -159,6 +165,24 @@ def test_a_key_others_can_read_is_refused_before_anything_binds(cli: Cli, pki: P
     (line,) = done.stderr.strip().splitlines()[-1:]
     assert line.startswith("error[tls-key-exposed] control.tls.key_file: ") and str(exposed) in line
     assert "control API:" not in done.stdout
+
+
+def test_a_real_haproxy_routes_only_to_an_appliance_whose_tls_readiness_it_verified(pki: Pki, tmp_path: Path) -> None:
+    """HAProxy checks the TLS control API's /readyz with the CA: with the right one the engine gets the request,
+    with another the check fails and the gateway has no server to send it to."""
+    engine = Starlette(routes=[Route("/v1/models", lambda _: JSONResponse({"data": []}))])
+    with recorded_api(TOKEN) as api, serving(api.app, tls_of(pki)) as control, serving(engine) as engine_url:
+        for ca, status in ((pki.ca, 200), (pki.other_ca, 503)):
+            port = free_ports(1)[0]
+            config = tmp_path / f"haproxy-{status}.cfg"
+            config.write_text(render_haproxy([backend("a", engine_url, control, str(ca))], f"127.0.0.1:{port}", 200))
+            proxy = run_haproxy(config)
+            try:
+                time.sleep(1.5)  # a few checks at 200 ms
+                assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == status
+            finally:
+                proxy.terminate()
+                proxy.wait(timeout=10)
 
 
 def test_the_gateway_checks_a_tls_control_api_with_its_ca() -> None:
