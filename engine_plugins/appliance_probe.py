@@ -11,9 +11,11 @@ shadow the engine's packages.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata as md
 import importlib.util
+import io
 import json
 import platform
 import sys
@@ -87,6 +89,7 @@ def resolve_config(args: list[str]) -> dict[str, Any]:
     import logging
 
     heard: list[str] = []
+    said = io.StringIO()
 
     class _Heard(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -102,16 +105,15 @@ def resolve_config(args: list[str]) -> dict[str, Any]:
 
         cli = _serve_cli_module()
         parser = cli.make_arg_parser(_flexible_parser()(description="vLLM OpenAI-Compatible RESTful API server."))
-        namespace = parser.parse_args(args)
+        with contextlib.redirect_stderr(said):  # argparse's own error line, kept for the refusal
+            namespace = parser.parse_args(args)
         cli.validate_parsed_serve_args(namespace)
         config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config(
             usage_context=UsageContext.OPENAI_API_SERVER
         )
-    except SystemExit as stop:  # argparse refuses with a usage line on stderr and exit 2
-        result |= {
-            "accepted": False,
-            "refusal": f"the engine's argument parser refused the command line (exit {stop.code})",
-        }
+    except SystemExit as stop:  # argparse refuses with a usage line and an error line, then exit 2
+        lines = said.getvalue().strip().splitlines() or [f"exit {stop.code}"]
+        result |= {"accepted": False, "refusal": f"the engine's argument parser refused: {lines[-1]}"}
     except Exception as err:  # the engine's refusal is the finding
         result |= {"accepted": False, "refusal": _one_line(err)}
     else:
