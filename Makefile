@@ -8,6 +8,8 @@ CPU_ENGINE := .engines/cpu
 TTNN_ENGINE := .engines/ttnn
 # The gateway's balancer (Debian's haproxy); the tests front two appliances with it.
 HAPROXY := /usr/sbin/haproxy
+# systemd's tools (Debian's systemd): the tests verify the rendered unit and rate its sandbox with them.
+SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 # ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 # Where the environment sets PYTHONDONTWRITEBYTECODE (this sandbox does), every process would compile
@@ -16,7 +18,7 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy
+.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools
 
 setup: $(VENV)/.installed
 
@@ -44,6 +46,11 @@ haproxy: $(HAPROXY)
 $(HAPROXY):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy > /dev/null
 
+systemd-tools: $(SYSTEMD_ANALYZE)
+
+$(SYSTEMD_ANALYZE):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd > /dev/null
+
 # SERVE_ARGS: overrides for `appliance serve`, e.g. make serve SERVE_ARGS="model=tiny serving.port=8001".
 serve: setup engine-cpu
 	$(BIN)/appliance serve $(SERVE_ARGS)
@@ -54,12 +61,12 @@ PARALLEL := -n 3 --dist worksteal
 
 # CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input
 # test). The engine tier runs serially: its tests pin engines to cores and time boots and drains.
-test: lint engine-cpu engine-ttnn haproxy
+test: lint engine-cpu engine-ttnn haproxy systemd-tools
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
 
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: setup
+test-fast: setup systemd-tools
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
 # Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).

@@ -122,6 +122,10 @@ def _print_manifest(manifest: Any, as_json: bool) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    if args.kind == "systemd":
+        from appliance.deploy.systemd import with_unit_paths
+
+        args = argparse.Namespace(**{**vars(args), "overrides": with_unit_paths(args.overrides)})
     if slots.wanted(args):
         return slots.render_slots(args)
     if args.kind == "k8s":

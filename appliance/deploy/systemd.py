@@ -1,8 +1,13 @@
-"""A systemd unit for one config: `appliance serve` as a Type=notify service.
+"""A systemd unit for one config: `appliance serve` as a sandboxed Type=notify service.
 
 `serve` reports READY=1 once the engine answers, STATUS= on every lifecycle change and
 STOPPING=1 when it begins to drain (appliance/notify.py), so `systemctl start` returns only when
 the engine can serve and the start timeout is the config's readiness budget.
+
+The service runs as the static system user `tt-appliance` inside systemd's sandbox: the file system
+read-only but for the plan's cache, state and log directories, no capabilities, no device but the
+Tenstorrent boards (engine=tt), and the system calls of an ordinary service. Each setting left open
+is commented in the unit with why, for the operator who reads it.
 """
 
 from __future__ import annotations
@@ -12,13 +17,27 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from appliance.plan import LaunchPlan
 
-__all__ = ["SystemdUnit", "render_systemd"]
+__all__ = ["UNIT_PATHS", "USER", "SystemdUnit", "render_systemd", "with_unit_paths"]
 
 _BOOT_MARGIN_S = 300  # imports, host checks and generating the embedded model before the budget starts
+USER = "tt-appliance"
+UNIT_PATHS = (
+    "paths.cache_dir=/var/cache/tt-appliance",
+    "paths.state_dir=/var/lib/tt-appliance",
+    "paths.log_dir=/var/log/tt-appliance",
+)
+"""The service's paths where the command line sets none: systemd's own directories for a service,
+which it creates for the service's user (the operator's $HOME is neither visible nor writable)."""
+_SYSTEMD_DIRS = (("/var/lib/", "StateDirectory"), ("/var/cache/", "CacheDirectory"), ("/var/log/", "LogsDirectory"))
+_HOMES = ("/home", "/root", "/run/user")
+_HUGEPAGES = ("/dev/hugepages-1G", "/dev/hugepages")  # tt-metal maps its host buffers from the 1G mount
+
+Line = tuple[str, str] | str
+"""A `key=value` setting, or a comment line for the operator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +47,13 @@ class SystemdUnit:
     text: str
     env_file: str
     """Where the secrets go (0600, never in the unit): the control token, the hub token, the API key."""
+
+
+def with_unit_paths(overrides: Sequence[str]) -> list[str]:
+    """`overrides` plus UNIT_PATHS' defaults for the paths they leave unset, so the plan the unit is
+    rendered from and the one `serve` builds under systemd write to the same directories."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    return [*overrides, *(p for p in UNIT_PATHS if p.split("=", 1)[0] not in given)]
 
 
 def render_systemd(
@@ -48,7 +74,7 @@ def render_systemd(
     argv = [appliance, "serve", *overrides, *(["--site-dir", str(site_dir)] if site_dir else [])]
     secrets = sorted({plan.control.token_env, *plan.secret_env.values()})
     sup = plan.supervisor
-    sections = {
+    sections: dict[str, list[Line]] = {
         "Unit": [
             ("Description", f"TT serving appliance: {description}"),
             ("After", "network-online.target"),
@@ -66,13 +92,119 @@ def render_systemd(
             ("SuccessExitStatus", "143"),
             ("Restart", "on-failure"),
             ("RestartSec", "10"),
+            *_identity(plan),
+            *_file_system(plan, appliance),
+            *_devices(plan),
+            *_kernel(),
         ],
         "Install": [("WantedBy", "multi-user.target")],
     }
-    lines = [f"# config {plan.config_hash}; secrets ({', '.join(secrets)}) go in {env_file} (mode 0600)"]
+    lines = [
+        f"# config {plan.config_hash}; secrets ({', '.join(secrets)}) go in {env_file} (mode 0600)",
+        f"# runs as the system user {USER}: useradd --system --no-create-home --shell /usr/sbin/nologin {USER}",
+    ]
     for section, entries in sections.items():
-        lines += ["", f"[{section}]", *(f"{key}={value}" for key, value in entries)]
+        lines += ["", f"[{section}]", *(e if isinstance(e, str) else f"{e[0]}={e[1]}" for e in entries)]
     return SystemdUnit(f"{stem}.service", "\n".join(lines) + "\n", env_file)
+
+
+def _identity(plan: LaunchPlan) -> list[Line]:
+    """A static user rather than DynamicUser=: every appliance unit on a host shares the state
+    directory's device locks, which need one owner across units and restarts, and an operator can
+    grant a named user the Tenstorrent device nodes and the hugepage mount."""
+    state, cache = plan.state_dir, str(plan.resolved["paths.cache_dir"])
+    return [
+        ("User", USER),
+        ("Group", USER),
+        "# The engine's libraries cache under $HOME and $XDG_CACHE_HOME (tt-metal's kernels, vLLM, torch).",
+        ("Environment", shlex.join([f"HOME={state}", f"XDG_CACHE_HOME={cache}"]).replace("%", "%%")),
+        ("UMask", "0077"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("RestrictSUIDSGID", "yes"),
+        ("PrivateUsers", "yes"),
+        ("RemoveIPC", "yes"),
+        ("KeyringMode", "private"),
+    ]
+
+
+def _file_system(plan: LaunchPlan, appliance: str) -> list[Line]:
+    paths = [plan.state_dir, str(plan.resolved["paths.cache_dir"]), plan.log_dir]
+    homes = sorted({p for p in (appliance, plan.python, *paths) if _in_home(p)})
+    protect_home: list[Line] = [("ProtectHome", "yes")]
+    if homes:
+        protect_home = [f"# read-only, not hidden: {', '.join(homes)} under a home directory",
+                        ("ProtectHome", "read-only")]  # fmt: skip
+    return [
+        ("ProtectSystem", "strict"),
+        *_writable(paths),
+        ("PrivateMounts", "yes"),
+        ("PrivateTmp", "yes"),
+        *protect_home,
+        "# The appliance and its engine read their own /proc/<pid> and the host's /proc/meminfo, /proc/stat",
+        "# and /proc/cpuinfo (psutil, vLLM's memory sizing, torch): other users' processes are hidden,",
+        "# /proc's system files are not (ProcSubset=pid would hide them).",
+        ("ProtectProc", "invisible"),
+    ]
+
+
+def _devices(plan: LaunchPlan) -> list[Line]:
+    if plan.engine != "tt":
+        return [("PrivateDevices", "yes")]
+    return [
+        "# engine=tt opens the boards (/dev/tenstorrent/<N>, the tenstorrent character devices; tt-kmd's",
+        f"# udev rule must let {USER} read and write them) and maps its host buffers from the 1G hugepage",
+        "# mount, so /dev stays the host's and the device cgroup admits the boards alone.",
+        ("PrivateDevices", "no"),
+        ("DevicePolicy", "closed"),
+        ("DeviceAllow", "char-tenstorrent rw"),
+        ("ReadWritePaths", " ".join(f"-{p}" for p in _HUGEPAGES)),
+    ]
+
+
+def _kernel() -> list[Line]:
+    return [
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectKernelLogs", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("ProtectClock", "yes"),
+        ("ProtectHostname", "yes"),
+        ("RestrictNamespaces", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("LockPersonality", "yes"),
+        "# The OpenAI and control APIs, the hub download and sd_notify; no netlink (glibc's getaddrinfo",
+        "# does without it). IP addresses stay open: the engine may bind any address and fetches from the hub.",
+        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+        ("SystemCallArchitectures", "native"),
+        "# @system-service keeps @resources: vLLM's CPU backend binds threads and memory to cores and NUMA",
+        "# nodes (sched_setaffinity, mbind, set_mempolicy). A call outside the set fails with EPERM rather",
+        "# than killing the engine mid-request.",
+        ("SystemCallFilter", "@system-service"),
+        ("SystemCallFilter", "~@privileged"),
+        ("SystemCallErrorNumber", "EPERM"),
+        "# MemoryDenyWriteExecute= stays off: torch's oneDNN kernels and libffi's closures write code into",
+        "# memory and then execute it, which it forbids.",
+    ]
+
+
+def _writable(paths: Sequence[str]) -> list[Line]:
+    """systemd's own directory setting for a path under /var/lib, /var/cache or /var/log (systemd
+    creates it, owned by the user, mode 0700), else ReadWritePaths=; a path under another is covered."""
+    lines: list[Line] = []
+    kept: list[PurePosixPath] = []
+    for path in (PurePosixPath(p) for p in paths):
+        if any(path == k or k in path.parents for k in kept):
+            continue
+        kept.append(path)
+        root, key = next(((r, k) for r, k in _SYSTEMD_DIRS if str(path).startswith(r)), ("", "ReadWritePaths"))
+        lines += [(key, str(path)[len(root) :].replace("%", "%%"))] + ([(f"{key}Mode", "0700")] if root else [])
+    return lines
+
+
+def _in_home(path: str) -> bool:
+    return any(path == h or path.startswith(h + "/") for h in _HOMES)
 
 
 def _escape(command: str) -> str:
