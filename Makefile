@@ -10,6 +10,10 @@ TTNN_ENGINE := .engines/ttnn
 HAPROXY := /usr/sbin/haproxy
 # systemd's tools (Debian's systemd): the tests verify the rendered unit and rate its sandbox with them.
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
+# checkov, the manifests' policy check (tests/test_k8s_hardening.py), in a venv of its own: its
+# dependencies (boto3, networkx, aiohttp and many more) are no business of the appliance's pins.
+CHECKOV_VERSION := 3.3.30
+CHECKOV := .tools/checkov
 # ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 # Where the environment sets PYTHONDONTWRITEBYTECODE (this sandbox does), every process would compile
@@ -18,7 +22,7 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools
+.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools checkov
 
 setup: $(VENV)/.installed
 
@@ -41,6 +45,13 @@ $(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
 	$(TTNN_ENGINE)/bin/python -I -c "import ttnn" > /dev/null 2>&1
 	touch $@
 
+checkov: $(CHECKOV)/.installed-$(CHECKOV_VERSION)
+
+$(CHECKOV)/.installed-$(CHECKOV_VERSION):
+	$(PYTHON) -m venv $(CHECKOV)
+	$(CHECKOV)/bin/pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
+
 haproxy: $(HAPROXY)
 
 $(HAPROXY):
@@ -61,12 +72,12 @@ PARALLEL := -n 3 --dist worksteal
 
 # CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input
 # test). The engine tier runs serially: its tests pin engines to cores and time boots and drains.
-test: lint engine-cpu engine-ttnn haproxy systemd-tools
+test: lint engine-cpu engine-ttnn haproxy systemd-tools checkov
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
 
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: setup systemd-tools
+test-fast: setup systemd-tools checkov
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
 # Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).

@@ -8,11 +8,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import uvicorn
 
 from appliance.control.api import create_app
 from appliance.control.tls import check_server_files, uvicorn_tls
-from appliance.errors import LaunchError
+from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host import HostFacts, device_lock_name
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
@@ -32,6 +33,7 @@ from appliance.runtime.supervisor import EngineSupervisor
 
 __all__ = [
     "RECIPES",
+    "SECRETS_DIR_ENV",
     "ControlToken",
     "EmbeddedServer",
     "bind_control_socket",
@@ -41,6 +43,7 @@ __all__ = [
     "host_locks",
     "preflight",
     "run_service",
+    "secrets_from_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ RECIPES = {
     "smollm2-135m-instruct": build_dir() / "models" / "convert_smollm2.py",
 }
 _EXIT_FOR_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SECRETS_DIR_ENV = "APPLIANCE_SECRETS_DIR"
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,31 @@ def ensure_model(plan: LaunchPlan) -> None:
         reason = lines[-1] if lines else f"its recipe exited {done.returncode}"
         raise LaunchError(f"could not build {plan.generate} in {plan.model_path}: {reason}")
     log.info("%s", done.stdout.strip())
+
+
+def secrets_from_dir(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables held as files in `$APPLIANCE_SECRETS_DIR`, one per file named after it, that the
+    environment does not set itself: how a Kubernetes Secret mounted as a volume reaches `serve`.
+
+    Unset, nothing is read (a single host passes secrets as variables). Kubelet's own entries in the
+    directory (`..data`) are not variable names and are passed over.
+    """
+    if not (where := environ.get(SECRETS_DIR_ENV)):
+        return {}
+    directory = Path(where)
+    if not directory.is_dir():
+        raise ConfigError((Problem("secrets-dir-missing", SECRETS_DIR_ENV, f"{where} is not a directory",
+                                   f"Mount the secrets there or unset {SECRETS_DIR_ENV}"),))  # fmt: skip
+    found = {}
+    for path in sorted(directory.iterdir()):
+        if _VARIABLE.match(path.name) and path.is_file() and not environ.get(path.name):
+            try:
+                found[path.name] = path.read_text().rstrip("\r\n")
+            except OSError as error:
+                problem = Problem("secret-file", SECRETS_DIR_ENV, f"cannot read {path}: {error.strerror}",
+                                  "Give the appliance's user read access (fsGroup in the pod)")  # fmt: skip
+                raise ConfigError((problem,)) from None
+    return found
 
 
 def control_token(plan: LaunchPlan, environ: dict[str, str] | None = None) -> ControlToken:

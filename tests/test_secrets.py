@@ -1,4 +1,5 @@
-"""Planted secrets never reach an artefact: plans, renders, site listings, manifests, pilot reports."""
+"""Planted secrets never reach an artefact: plans, renders, site listings, manifests, pilot reports; and
+secrets held as files (a Kubernetes Secret volume) reach `serve` as the variables they are named after."""
 
 from __future__ import annotations
 
@@ -69,3 +70,22 @@ def test_a_generated_control_token_file_is_0600(tmp_path: Path) -> None:
     token = control_token(cpu_plan(tmp_path), environ={})
     assert token.file is not None and token.file.stat().st_mode & 0o777 == 0o600
     assert token.value in token.file.read_text()
+
+
+def test_serve_reads_the_secret_files_the_environment_lacks(tmp_path: Path) -> None:
+    from appliance.serve import secrets_from_dir
+
+    for name, value in [("APPLIANCE_TOKEN", "ctl\n"), ("HF_TOKEN", "hf_from_file"), ("not-a-variable", "x")]:
+        (tmp_path / name).write_text(value)
+    (tmp_path / "..data").mkdir()  # kubelet's own entries in a Secret volume
+    environ = {"APPLIANCE_SECRETS_DIR": str(tmp_path), "HF_TOKEN": "hf_from_env"}
+    assert secrets_from_dir(environ) == {"APPLIANCE_TOKEN": "ctl"}
+    assert secrets_from_dir({"APPLIANCE_TOKEN": "x"}) == {}
+
+
+def test_a_secrets_dir_that_is_not_there_is_a_config_error(tmp_path: Path) -> None:
+    from appliance.errors import ConfigError
+    from appliance.serve import secrets_from_dir
+
+    with pytest.raises(ConfigError, match="APPLIANCE_SECRETS_DIR"):
+        secrets_from_dir({"APPLIANCE_SECRETS_DIR": str(tmp_path / "missing")})

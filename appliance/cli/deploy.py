@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from appliance import __version__
 from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
@@ -162,7 +163,8 @@ def register(command: Command) -> None:
     render = command("render", _cmd_render)
     render.add_argument("kind", choices=("k8s", "systemd"))
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
-    render.add_argument("--image", default="tt-appliance:latest", help="k8s: container image with the appliance")
+    image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
+    render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
     render.add_argument("--name", help="k8s: resource name (default tt-appliance-<site>)")
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")

@@ -28,8 +28,18 @@ __all__ = ["control_token", "register"]
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from appliance.serve import bind_control_socket, control_token, ensure_model, host_locks, preflight, run_service
+    from appliance.serve import (
+        bind_control_socket,
+        control_token,
+        ensure_model,
+        host_locks,
+        preflight,
+        run_service,
+        secrets_from_dir,
+    )
 
+    # A Secret mounted as files becomes the variables the config names, before anything reads them.
+    os.environ.update(secrets_from_dir(os.environ))
     if slots.wanted(args):
         return slots.serve_slots(args)
     host = discover_host()

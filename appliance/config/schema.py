@@ -52,6 +52,7 @@ Count = Annotated[int, Bound(ge=1)]
 Share = Annotated[float, Bound(ge=0, le=1)]
 Name = Annotated[str, Bound(min_length=1)]
 EnvName = Annotated[str, Bound(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+DnsLabel = Annotated[str, Bound(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +234,8 @@ class SiteConfig:
     """Lowest matrix status tier this site accepts."""
     hf_token_env: EnvName = "HF_TOKEN"
     """Environment variable holding the Hugging Face token (passed by name, never by value)."""
+    namespace: DnsLabel = "tt-appliance"
+    """Kubernetes namespace `render k8s` puts every manifest in (a DNS label, created by the cluster admin)."""
     description: str = ""
     """Free text for operators."""
 

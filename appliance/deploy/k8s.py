@@ -3,7 +3,9 @@
 Tenstorrent boards come through Dynamic Resource Allocation (a ResourceClaimTemplate for the
 `tenstorrent.com` device class, counted and selected by board name from the mesh), as the TIS
 chart v0.2 does, so the pod needs neither privileged mode nor a /dev/tenstorrent hostPath. The
-resolved config travels in a ConfigMap read as the host-local layer; secrets are Secret refs.
+resolved config travels in a ConfigMap read as the host-local layer; the Secret is mounted as files
+that `serve` reads through APPLIANCE_SECRETS_DIR. Every manifest goes in `site.namespace`; what the
+pod may do and who may reach it is in `k8s_policy`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance.compat.validate import ValidatedConfig
 from appliance.config.compose import GROUPS
+from appliance.deploy import k8s_policy
 from appliance.plan import LaunchPlan, build_plan
 
 __all__ = ["DEVICE_CLASS", "POD_OVERRIDES", "K8sManifests", "render_k8s"]
@@ -27,6 +30,7 @@ __all__ = ["DEVICE_CLASS", "POD_OVERRIDES", "K8sManifests", "render_k8s"]
 DEVICE_CLASS = "tenstorrent.com"
 CONFIG_FILE = "/etc/tt-appliance/config.yaml"
 CACHE_DIR = "/var/lib/tt-appliance/cache"
+SECRETS_DIR = "/run/secrets/tt-appliance"
 # Applied before the operator's overrides: the pod listens on its own IP and keeps state in volumes.
 POD_OVERRIDES = (
     "serving.host=0.0.0.0",
@@ -40,6 +44,9 @@ READINESS_PERIOD_S = 2
 """Readiness is probed often: `supervisor.deregister_s` must cover one period plus endpoint propagation."""
 _HUGEPAGES = "32Gi"  # what the TIS chart requests for every board shape
 _MEMORY = {"cpu": "4Gi", "tt": "32Gi"}  # cpu: the tiny model's engine peaks near 3 GB (build/cpu/NOTES.md)
+# CPU (request, limit): the limit well above the request, since CFS throttling stalls the engine's
+# scheduler loop in bursts; tt: the host side of eight chips' dispatch, tokenizing and detokenizing.
+_CPU = {"cpu": ("2", "4"), "tt": ("8", "32")}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -76,14 +83,16 @@ class K8sManifests:
 
 
 def render_k8s(validated: ValidatedConfig, *, image: str, name: str | None = None) -> K8sManifests:
-    """ConfigMap, ResourceClaimTemplate (tt), Deployment and Service for a config."""
+    """ServiceAccount, ConfigMap, ResourceClaimTemplate (tt), Deployment, Service and NetworkPolicy,
+    all in `site.namespace`."""
     plan = build_plan(validated)
     name = name or _dns_name(f"tt-appliance-{plan.site}")
-    meta = _meta(name, plan)
-    docs: list[Mapping[str, Any]] = [_config_map(name, validated, meta)]
+    meta = {"namespace": validated.config.site.namespace, **_meta(name, plan)}
+    docs: list[Mapping[str, Any]] = [k8s_policy.service_account(name, meta), _config_map(name, validated, meta)]
     if plan.engine == "tt":
         docs.append(_claim_template(name, validated, meta))
     docs += [_deployment(name, plan, image, meta), _service(name, plan, meta)]
+    docs.append(k8s_policy.network_policy(name, plan, meta))
     return K8sManifests(name, tuple(docs))
 
 
@@ -118,8 +127,11 @@ def _claim_template(name: str, validated: ValidatedConfig, meta: dict[str, Any])
 def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any]) -> dict[str, Any]:
     tt, sup = plan.engine == "tt", plan.supervisor
     pod: dict[str, Any] = {
+        "serviceAccountName": name,
+        "automountServiceAccountToken": False,
+        "securityContext": k8s_policy.pod_security(),
         "containers": [_container(name, plan, image)],
-        "volumes": _volumes(name, tt),
+        "volumes": _volumes(name, plan),
         # Out of rotation (deregister_s), the drain (shutdown_timeout_s) and the group kill (stop_grace_s),
         # with room for the appliance's exit.
         "terminationGracePeriodSeconds": int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s) + 15,
@@ -127,39 +139,51 @@ def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any]) -
     if tt:
         pod |= {"hostIPC": True, "resourceClaims": [{"name": "boards", "resourceClaimTemplateName": f"{name}-boards"}]}
     selector = {"app.kubernetes.io/instance": name}
+    template = {"labels": meta["labels"], "annotations": meta["annotations"]}
+    annotations = meta["annotations"] | k8s_policy.checkov_skips(plan, image)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, **meta},
+        "metadata": {"name": name, **meta, "annotations": annotations},
         # Devices are exclusive: a surge pod would wait for boards the old pod still holds.
         "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": selector},
-                 "template": {"metadata": meta, "spec": pod}},
+                 "template": {"metadata": template, "spec": pod}},
     }  # fmt: skip
 
 
 def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
     tt = plan.engine == "tt"
     choices = [f"{g}={plan.choices[g]}" for g in GROUPS if g != "site" and g in plan.choices]
-    resources: dict[str, Any] = {"requests": {"memory": _MEMORY[plan.engine]}}
+    cpu, memory = _CPU[plan.engine], _MEMORY[plan.engine]
+    resources: dict[str, Any] = {"requests": {"cpu": cpu[0], "memory": memory},
+                                 "limits": {"cpu": cpu[1], "memory": memory}}  # fmt: skip
     if tt:
         # Kubernetes requires hugepage requests and limits to be equal.
-        resources["requests"]["hugepages-1Gi"] = _HUGEPAGES
-        resources |= {"limits": {"hugepages-1Gi": _HUGEPAGES}, "claims": [{"name": "boards"}]}
+        resources["requests"]["hugepages-1Gi"] = resources["limits"]["hugepages-1Gi"] = _HUGEPAGES
+        resources["claims"] = [{"name": "boards"}]
+    # The root filesystem is read-only: everything the appliance and the engine write is a volume.
     mounts = [{"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
+              {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
               {"name": "cache", "mountPath": CACHE_DIR}, {"name": "state", "mountPath": "/run/tt-appliance"},
-              {"name": "logs", "mountPath": "/var/log/tt-appliance"}]  # fmt: skip
+              {"name": "logs", "mountPath": "/var/log/tt-appliance"}, {"name": "tmp", "mountPath": "/tmp"}]  # fmt: skip
     if tt:
         mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages-1G"})
+    # HOME and USER for the engine's own caches (~/.cache) and getpass: uid 10001 has no passwd entry.
+    env = {"APPLIANCE_HOST_FILE": CONFIG_FILE, "APPLIANCE_SECRETS_DIR": SECRETS_DIR, "HOME": "/tmp",
+           "USER": "tt-appliance"}  # fmt: skip
     return {
         "name": "appliance",
         "image": image,
+        # Each start asks the registry, so a node's cached copy is never run without the pull credentials.
+        "imagePullPolicy": "Always",
         "command": ["appliance", "serve", *choices],
-        "env": [{"name": "APPLIANCE_HOST_FILE", "value": CONFIG_FILE}, *_secret_env(name, plan)],
+        "env": [{"name": key, "value": value} for key, value in env.items()],
         "ports": [
             {"name": "openai", "containerPort": plan.port},
             {"name": "control", "containerPort": plan.control.port},
         ],
         "resources": resources,
+        "securityContext": k8s_policy.container_security(),
         "volumeMounts": mounts,
         **_probes(plan),
         # The drain runs before the kubelet's SIGTERM: readiness turns 503, endpoints drop the pod,
@@ -168,21 +192,29 @@ def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
     }
 
 
-def _secret_env(name: str, plan: LaunchPlan) -> list[dict[str, Any]]:
-    """Secret refs only: the key in `<name>-secrets` is the variable's own name."""
+def _secret_volume(name: str, plan: LaunchPlan) -> dict[str, Any]:
+    """`<name>-secrets` as files named after the variables (its keys): the control token and every
+    secret the plan passes are required, the hub token optional (public checkpoints need none)."""
     wanted = {
         plan.control.token_env: False,
         **{source: target == "HF_TOKEN" for target, source in plan.secret_env.items()},
     }
-    return [{"name": var, "valueFrom": {"secretKeyRef": {"name": f"{name}-secrets", "key": var, "optional": optional}}}
-            for var, optional in wanted.items()]  # fmt: skip
+
+    def source(optional: bool) -> dict[str, Any]:
+        items = [{"key": var, "path": var} for var, opt in wanted.items() if opt is optional]
+        return {"secret": {"name": f"{name}-secrets", "items": items, "optional": optional}}
+
+    sources = [source(optional) for optional in (False, True) if optional in wanted.values()]
+    # 0400 (256): kubelet adds group read for fsGroup, so the files are root:10001 0440.
+    return {"name": "secrets", "projected": {"defaultMode": 0o400, "sources": sources}}
 
 
 def _drain_command(plan: LaunchPlan) -> list[str]:
     sup = plan.supervisor
     url = f"http://127.0.0.1:{plan.control.port}"
     wait = int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s)
-    return ["appliance", "drain", "--url", url, "--token-env", plan.control.token_env, "--wait", str(wait)]
+    token = f"{SECRETS_DIR}/{plan.control.token_env}"
+    return ["appliance", "drain", "--url", url, "--token-file", token, "--wait", str(wait)]
 
 
 def _probes(plan: LaunchPlan) -> dict[str, Any]:
@@ -200,15 +232,19 @@ def _probes(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def _volumes(name: str, tt: bool) -> list[dict[str, Any]]:
+def _volumes(name: str, plan: LaunchPlan) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": f"{name}-config"}},
-        # Tensor caches take up to an hour to build: keep them on the node across pod restarts.
-        {"name": "cache", "hostPath": {"path": f"/var/lib/tt-appliance/{name}", "type": "DirectoryOrCreate"}},
+        _secret_volume(name, plan),
+        # Tensor caches take up to an hour to build: keep them on the node across pod restarts. fsGroup
+        # does not reach a hostPath and kubelet would create a missing one root-owned: the node's
+        # directory must exist, writable by uid 10001 (README, Builds and deployment).
+        {"name": "cache", "hostPath": {"path": f"/var/lib/tt-appliance/{name}", "type": "Directory"}},
         {"name": "state", "emptyDir": {}},
         {"name": "logs", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
     ]
-    if tt:
+    if plan.engine == "tt":
         volumes.append({"name": "hugepages", "emptyDir": {"medium": "HugePages-1Gi"}})
     return volumes
 
