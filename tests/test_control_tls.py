@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -24,10 +25,14 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from appliance.compat.matrix import CompatibilityMatrix
+from appliance.compat.validate import validate
+from appliance.config.compose import compose_config
 from appliance.config.schema import ControlTls
 from appliance.control.client import ControlClient, SyncControlClient, Target
 from appliance.control.tls import check_server_files
 from appliance.deploy.gateway import backend, render_haproxy, run_haproxy
+from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 from appliance.errors import ApiError, ConfigError
 
 from .appliance_process import free_ports
@@ -192,3 +197,20 @@ def test_the_gateway_checks_a_tls_control_api_with_its_ca() -> None:
     assert ("server a 10.0.0.1:8000 check addr 10.0.0.1 port 8100 check-ssl verify required ca-file "
             "/etc/tt-appliance/ca.pem") in config  # fmt: skip
     assert "server b 10.0.0.2:8000 check addr 10.0.0.2 port 8100\n" in config + "\n"
+
+
+def test_the_pod_probes_its_tls_control_port_and_its_prestop_hook_verifies_it(matrix: CompatibilityMatrix) -> None:
+    tls = "control.tls={cert_file: /etc/tt/tls.crt, key_file: /etc/tt/tls.key, ca_file: /etc/tt/ca.crt}"
+    validated = validate(compose_config([*POD_OVERRIDES, "+model=llama", "mesh=t3k", tls]), matrix)
+    docs = {d["kind"]: d for d in yaml.safe_load_all(render_k8s(validated, image="x").yaml())}
+    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert "scheme" not in container["startupProbe"]["httpGet"]  # the engine's own port stays plain
+    hook = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert (
+        hook[hook.index("--url") + 1] == "https://127.0.0.1:8100"
+        and hook[hook.index("--ca-file") + 1] == "/etc/tt/ca.crt"
+    )
+    mounted = {m["mountPath"]: m["subPath"] for m in container["volumeMounts"] if m["name"] == "control-tls"}
+    assert mounted == {"/etc/tt/tls.crt": "tls.crt", "/etc/tt/tls.key": "tls.key", "/etc/tt/ca.crt": "ca.crt"}

@@ -32,6 +32,12 @@ CONFIGS = {
         "features.sample_on_device=off",
     ),
     "cpu": ("mesh=cpu",),
+    "tls": (
+        "+model=llama",
+        "mesh=t3k",
+        "control.tls={cert_file: /etc/tt-appliance/tls/tls.crt, "
+        "key_file: /etc/tt-appliance/tls/tls.key, ca_file: /etc/tt-appliance/tls/ca.crt}",
+    ),
 }
 
 

@@ -168,6 +168,7 @@ def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
               {"name": "logs", "mountPath": "/var/log/tt-appliance"}, {"name": "tmp", "mountPath": "/tmp"}]  # fmt: skip
     if tt:
         mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages-1G"})
+    mounts += _tls_mounts(plan)
     # HOME and USER for the engine's own caches (~/.cache) and getpass: uid 10001 has no passwd entry.
     env = {"APPLIANCE_HOST_FILE": CONFIG_FILE, "APPLIANCE_SECRETS_DIR": SECRETS_DIR, "HOME": "/tmp",
            "USER": "tt-appliance"}  # fmt: skip
@@ -211,17 +212,22 @@ def _secret_volume(name: str, plan: LaunchPlan) -> dict[str, Any]:
 
 def _drain_command(plan: LaunchPlan) -> list[str]:
     sup = plan.supervisor
-    url = f"http://127.0.0.1:{plan.control.port}"
+    url = f"{plan.control.scheme}://127.0.0.1:{plan.control.port}"
     wait = int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s)
     token = f"{SECRETS_DIR}/{plan.control.token_env}"
-    return ["appliance", "drain", "--url", url, "--token-file", token, "--wait", str(wait)]
+    tls = plan.control.tls
+    verify = ["--ca-file", tls.ca_file] if tls is not None and tls.ca_file else []  # the hook verifies the API
+    return ["appliance", "drain", "--url", url, "--token-file", token, *verify, "--wait", str(wait)]
 
 
 def _probes(plan: LaunchPlan) -> dict[str, Any]:
     """Startup covers the readiness budget (an hour of tensor-cache builds on TT); liveness is the appliance."""
 
     def probe(path: str, port: str, failures: int, period: int = _PROBE_PERIOD_S) -> dict[str, Any]:
-        return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "timeoutSeconds": 5,
+        # The kubelet speaks HTTPS to a TLS control port but verifies no certificate (Kubernetes probes never do);
+        # the preStop hook does, with control.tls.ca_file.
+        scheme = {"scheme": "HTTPS"} if port == "control" and plan.control.tls is not None else {}
+        return {"httpGet": {"path": path, "port": port, **scheme}, "periodSeconds": period, "timeoutSeconds": 5,
                 "failureThreshold": failures}  # fmt: skip
 
     return {
@@ -246,7 +252,19 @@ def _volumes(name: str, plan: LaunchPlan) -> list[dict[str, Any]]:
     ]
     if plan.engine == "tt":
         volumes.append({"name": "hugepages", "emptyDir": {"medium": "HugePages-1Gi"}})
+    if plan.control.tls is not None:
+        # A kubernetes.io/tls Secret (tls.crt, tls.key; ca.crt for control.tls.ca_file), 0400 like the others.
+        volumes.append({"name": "control-tls", "secret": {"secretName": f"{name}-control-tls", "defaultMode": 0o400}})
     return volumes
+
+
+def _tls_mounts(plan: LaunchPlan) -> list[dict[str, Any]]:
+    """`<name>-control-tls`'s files at the paths control.tls names (each file on its own: they may differ in dir)."""
+    tls = plan.control.tls
+    if tls is None:
+        return []
+    files = {"tls.crt": tls.cert_file, "tls.key": tls.key_file, **({"ca.crt": tls.ca_file} if tls.ca_file else {})}
+    return [{"name": "control-tls", "mountPath": path, "subPath": key, "readOnly": True} for key, path in files.items()]
 
 
 def _service(name: str, plan: LaunchPlan, meta: dict[str, Any]) -> dict[str, Any]:
