@@ -27,6 +27,7 @@ RENDERS = {
     "lab-t3k": (("site=lab-t3k", "+model=llama"), "tt-appliance:0.1.0"),
     "cpu": (("mesh=cpu",), "tt-appliance:0.1.0"),
     "cpu-digest": (("mesh=cpu",), DIGEST),
+    "cpu-tls": (("mesh=cpu", "control.tls={cert_file: /etc/tt/tls.crt, key_file: /etc/tt/tls.key}"), DIGEST),
 }
 
 
