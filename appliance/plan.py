@@ -78,6 +78,7 @@ class LaunchPlan:
     """What the engine's config resolution should settle on (the probe's keys); a key is absent where the
     records cannot say and the engine's default decides."""
     probe_timeout_s: float = 300.0
+    """engine.probe_timeout_s: how long the config-time probe may take before it is killed."""
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -208,12 +209,15 @@ def _chunked_prefill_args(v: ValidatedConfig) -> list[str]:
     prefill; saying so in the plan keeps the plan the configuration that runs.
     """
     if v.chunked_prefill is False:
-        # One step prefills a whole prompt, so the token budget must hold the longest one.
-        budget = max(v.max_context, v.max_concurrency // v.data_parallel)
-        return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
+        return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(_whole_prompt_budget(v))]
     if v.config.features.chunked_prefill and v.engine == "cpu":
         return ["--enable-chunked-prefill"]
     return []
+
+
+def _whole_prompt_budget(v: ValidatedConfig) -> int:
+    """Without chunked prefill one step prefills a whole prompt, so the token budget must hold the longest one."""
+    return max(v.max_context, v.max_concurrency // v.data_parallel)
 
 
 def _expected(v: ValidatedConfig) -> dict[str, Any]:
@@ -235,7 +239,7 @@ def _expected(v: ValidatedConfig) -> dict[str, Any]:
     if v.chunked_prefill is not None:
         expected["enable_chunked_prefill"] = v.chunked_prefill
     if v.chunked_prefill is False:
-        expected["max_num_batched_tokens"] = max(v.max_context, v.max_concurrency // v.data_parallel)
+        expected["max_num_batched_tokens"] = _whole_prompt_budget(v)
     if _phased(v):
         expected["scheduler_cls"] = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
     elif v.engine == "tt":
