@@ -33,6 +33,7 @@ __all__ = [
     "DeviceRow",
     "Family",
     "load_matrix",
+    "same_commit",
 ]
 
 MODELS_DIR = models_dir()
@@ -99,7 +100,7 @@ class Architecture:
         """
         target = target or self.target
         records = [r for r in self.capabilities if (r.target or self.target) == target]
-        exact = [r for r in records if r.tt_metal and tt_metal and _same_commit(r.tt_metal, tt_metal)]
+        exact = [r for r in records if r.tt_metal and tt_metal and same_commit(r.tt_metal, tt_metal)]
         verified = [r for r in records if r.status == "verified"]
         unpinned = [r for r in records if r.tt_metal is None and key in r.declares]
         record = next(iter(exact), None) or next(iter(verified), None) or next(iter(unpinned), None)
@@ -243,7 +244,7 @@ def _with_configs(family: Family, configs: Mapping[str, CheckpointConfig]) -> Fa
     return replace(family, checkpoints=checkpoints)
 
 
-def _same_commit(a: str, b: str) -> bool:
+def same_commit(a: str, b: str) -> bool:
     """Commits written at different lengths (short and full hashes) name the same one."""
     return a.startswith(b) or b.startswith(a)
 

@@ -34,7 +34,7 @@ from appliance.compat.features import (
 )
 from appliance.compat.limits import check_data_parallel, check_kv_pool, check_limits, kv_pool
 from appliance.compat.long_context import check_checkpoint_context
-from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family
+from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family, same_commit
 from appliance.compat.reads import check_env_reads
 from appliance.compat.state_set import PluginStates, cpu_vllm, load_states
 from appliance.compat.states import PluginState
@@ -195,7 +195,7 @@ def _layout_check(entry: _Entry, caps: Capabilities, state: PluginState | None) 
     if layout is None or caps.target is None or not caps.target.startswith(layout.module + "."):
         return []
     commit = entry.row.tt_metal
-    if commit and any(k.startswith(commit) or commit.startswith(k) for k in layout.known_at):
+    if commit and any(same_commit(known, commit) for known in layout.known_at):
         return []
     known = ", ".join(k[:7] for k in layout.known_at)
     message = (f"the plugin loads {caps.target}; the row was validated at tt-metal {commit or '(no commit named)'}, "
