@@ -69,7 +69,6 @@ def installed_classes(
     no environment here, and the records in models/ decide)."""
     from appliance.compat.validate import loaded_target
     from appliance.engines.config_probe import read_classes
-    from appliance.errors import LaunchError
     from appliance.plan import engine_python
 
     target = loaded_target(composed, matrix, against=against)
@@ -81,11 +80,7 @@ def installed_classes(
         err.print(f"no tt-metal environment at {python}: the records in models/ decide the capabilities", markup=False)
         return None
     err.print(f"reading {target}'s model_capabilities in {python} ...", markup=False)
-    try:
-        return read_classes(python, (target,), {**os.environ, **cfg.engine.env}, cfg.engine.probe_timeout_s)
-    except LaunchError as error:
-        raise LaunchError(f"config-time probe of engine tt failed: {error}; rebuild the environment "
-                          "(`appliance build engine=tt`) or pass --no-probe") from None  # fmt: skip
+    return read_classes(python, (target,), {**os.environ, **cfg.engine.env}, cfg.engine.probe_timeout_s)
 
 
 def engine_accepts(plan: LaunchPlan) -> None:

@@ -80,8 +80,7 @@ def probe_config(
                 raise LaunchError(f"the devices are held by {holder}, and the plugin may open them at config time")
             data = run_probe(plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env)
     except LaunchError as error:
-        raise LaunchError(f"config-time probe of engine {plan.engine} failed: {error}; rebuild the environment "
-                          f"(`appliance build engine={plan.engine}`) or pass --no-probe") from None  # fmt: skip
+        raise _failed(plan.engine, error) from None
     effective: dict[str, Any] = data.get("effective") or {}
     accepted = bool(data.get("accepted"))
     return EngineVerdict(
@@ -102,7 +101,10 @@ def read_classes(python: str, targets: tuple[str, ...], env: Mapping[str, str], 
     `env`: the appliance's environment with the engine's (tt-metal's `models` package is found through it, as the
     engine finds it). LaunchError when the interpreter cannot run the probe at all.
     """
-    data = run_probe(python, "classes", timeout_s, targets, env)
+    try:
+        data = run_probe(python, "classes", timeout_s, targets, env)
+    except LaunchError as error:
+        raise _failed("tt", error) from None
     return MappingProxyType({
         target: InstalledClass(read.get("capabilities"), read.get("error"))
         for target, read in data.items()
@@ -119,3 +121,9 @@ def compare(expected: Mapping[str, Any], effective: Mapping[str, Any]) -> tuple[
         if key in effective and have != want:
             found.append(Difference(key, want, have))
     return tuple(found)
+
+
+def _failed(engine: str, error: LaunchError) -> LaunchError:
+    """A probe that gave no verdict, in one line naming the engine and the next step."""
+    return LaunchError(f"config-time probe of engine {engine} failed: {error}; rebuild the environment "
+                       f"(`appliance build engine={engine}`) or pass --no-probe")  # fmt: skip
