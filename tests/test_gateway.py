@@ -9,21 +9,16 @@ an API key, which the clients send through the balancer to both.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from appliance.control.client import ApiError
 from appliance.observe.engine_metrics import parse_metrics
 
-from .appliance_process import API_KEY, BODY, ClosedLoop, Served
-from .helpers import free_port
+from .appliance_process import API_KEY, BODY, ClosedLoop, Served, running_gateway
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -55,26 +50,8 @@ def gateway_pair(
     site = tmp_path / "site.yaml"
     site.write_text(f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
                     f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
-    listen = f"127.0.0.1:{free_port()}"
-    env = os.environ | {"A_TOKEN": a.token, "B_TOKEN": b.token}
-    gateway = subprocess.Popen(
-        [str(Path(sys.executable).parent / "appliance"), "gateway", "--site-file", str(site), "--listen", listen,
-         "--check-interval-ms", "250", "--out", str(tmp_path / "gw")], env=env,
-    )  # fmt: skip
-    try:
-        url = f"http://{listen}"
-        wait_until(lambda: _answers(url))
+    with running_gateway(site, {"A_TOKEN": a.token, "B_TOKEN": b.token}, tmp_path / "gw", BODY, AUTH) as url:
         yield a, b, url, tmp_path / "gw" / "haproxy.cfg"
-    finally:
-        gateway.terminate()
-        gateway.wait(timeout=30)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.post(f"{url}/v1/completions", json=BODY, headers=AUTH, timeout=30).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_a_drain_and_a_restart_behind_the_gateway_lose_no_request(
@@ -92,5 +69,4 @@ def test_a_drain_and_a_restart_behind_the_gateway_lose_no_request(
         assert a.control("POST", "/restart").status_code == 202
         a.wait_for("ready", timeout=900)  # a boot takes minutes on a loaded 2-core host
         wait_until(lambda: served_requests(a) >= 5, timeout=60)  # back in rotation, serving again
-    failures = {kind: n for kind, n in load.outcomes.items() if kind != "ok"}
-    assert failures == {} and load.outcomes["ok"] >= 30, load.outcomes
+    assert load.failures() == {} and load.outcomes["ok"] >= 30, load.outcomes

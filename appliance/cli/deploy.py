@@ -14,6 +14,7 @@ from appliance import __version__
 from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
+from appliance.errors import ConfigError, Problem
 from appliance.host import discover_host
 from appliance.plan import build_plan
 
@@ -122,7 +123,28 @@ def _print_manifest(manifest: Any, as_json: bool) -> int:
     return 0 if manifest.ok else 3
 
 
+def _render_ansible(args: argparse.Namespace) -> int:
+    """The site's upgrade playbook; the positional overrides are the change (`upgrade_args`)."""
+    from appliance.control.site_file import load_site_file
+    from appliance.deploy.ansible import render_ansible
+
+    if args.site_file is None:
+        fix = "Pass the site file the console reads (name, url, token_env per appliance)"
+        raise ConfigError((Problem("site-file", "--site-file", "render ansible needs the site's appliances", fix),))
+    entries = load_site_file(args.site_file)
+    files = render_ansible(args.site_file.stem, entries, [str(Path(sys.executable).with_name("appliance"))],
+                           args.overrides)  # fmt: skip
+    if args.out is None:
+        out.print(f"# inventory.yml\n{files.inventory}# upgrade.yml\n{files.playbook}", markup=False, end="")
+        return 0
+    for path in files.write(args.out):
+        out.print(f"wrote {path}", markup=False)
+    return 0
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
+    if args.kind == "ansible":
+        return _render_ansible(args)
     if args.kind == "systemd":
         from appliance.deploy.systemd import with_unit_paths
 
@@ -161,7 +183,8 @@ def register(command: Command) -> None:
     manifest = command("manifest", _cmd_manifest)
     manifest.add_argument("--json", action="store_true")
     render = command("render", _cmd_render)
-    render.add_argument("kind", choices=("k8s", "systemd"))
+    render.add_argument("kind", choices=("k8s", "systemd", "ansible"))
+    render.add_argument("--site-file", type=Path, help="ansible: the site's appliances (the console's site file)")
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
     image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)

@@ -100,6 +100,7 @@ class Upgrader:
         if check or new.config_hash == current.id:
             return record
         self._save(replace(self._journal, last=record))
+        self._holding = True  # out of rotation from the moment the upgrade is accepted
         self._task = asyncio.create_task(self._run(planned, settings))
         return record
 
@@ -113,7 +114,6 @@ class Upgrader:
     async def _run(self, planned: Planned, settings: GateSettings) -> None:
         old, new = self._sup.plan, planned.plan
         try:
-            self._holding = True
             await self._step("out-of-rotation", asyncio.sleep(old.supervisor.deregister_s),
                              f"/readyz 503; waited deregister_s {old.supervisor.deregister_s:g}s")  # fmt: skip
             await self._step("drain", self._drain(old), "no request in flight")

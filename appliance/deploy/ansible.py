@@ -1,0 +1,144 @@
+"""A site's upgrade as an Ansible playbook and inventory: the roll is Ansible's, each host's upgrade the appliance's.
+
+Two plays over the site's appliances (one inventory group, from the site file):
+1. judge: `appliance upgrade --check` on every host at once; one refusal or unreachable appliance fails the
+   whole run before any host changes (`any_errors_fatal`).
+2. upgrade: one host at a time (`serial: 1`), `appliance upgrade` with its gates; the appliance rolls itself back
+   when a gate fails, the play waits for it to be serving again, and the roll stops there
+   (`max_fail_percentage: 0`), the hosts after it untouched.
+
+Each host's control token is read from the controller's environment by the variable the site file names
+(`lookup('ansible.builtin.env', ...)` at run time): no value is written in the files. The change is the
+playbook's `upgrade_args` (overrides and `appliance upgrade` flags), set at render time and overridable with
+`ansible-playbook -e`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from appliance.control.site_file import SiteEntry
+
+__all__ = ["AnsibleFiles", "render_ansible"]
+
+_GROUP = re.compile(r"[^A-Za-z0-9_]")
+_READY_RETRIES, _READY_DELAY_S = 120, 5  # how long a rolled-back host may take to serve again: 10 minutes
+
+
+@dataclass(frozen=True, slots=True)
+class AnsibleFiles:
+    inventory: str
+    playbook: str
+
+    def write(self, directory: Path) -> tuple[Path, Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        inventory, playbook = directory / "inventory.yml", directory / "upgrade.yml"
+        inventory.write_text(self.inventory)
+        playbook.write_text(self.playbook)
+        return inventory, playbook
+
+
+def render_ansible(site: str, entries: Sequence[SiteEntry], appliance: Sequence[str],
+                   upgrade_args: Sequence[str]) -> AnsibleFiles:  # fmt: skip
+    """The inventory of `entries` (group `site`) and the two-play upgrade playbook; `appliance` is the command that
+    runs `appliance` on the hosts."""
+    group = _GROUP.sub("_", site)
+    hosts = {entry.name: _host_vars(entry) for entry in entries}
+    inventory = {"all": {"children": {group: {"hosts": hosts}}}}
+    variables = {"appliance_command": list(appliance), "upgrade_args": list(upgrade_args)}
+    playbook = [_judge_play(group, variables), _upgrade_play(group, variables)]
+    return AnsibleFiles(_dump(inventory), _dump(playbook))
+
+
+def _host_vars(entry: SiteEntry) -> dict[str, Any]:
+    host = urlsplit(entry.url).hostname or ""
+    url = entry.url.rstrip("/")
+    target = ["--url", url, "--token-env", entry.token_env, *(["--ca-file", entry.ca_file] if entry.ca_file else [])]
+    found: dict[str, Any] = {"ansible_host": host, "appliance_url": url, "appliance_token_env": entry.token_env,
+                             "appliance_target": target}  # fmt: skip
+    if _loopback(host):
+        found["ansible_connection"] = "local"  # an appliance on the controller itself: no ssh to it
+        found["ansible_python_interpreter"] = "{{ ansible_playbook_python }}"
+    if entry.ca_file:
+        found["appliance_ca_file"] = entry.ca_file
+    return found
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _upgrade_task(name: str, check: bool) -> dict[str, Any]:
+    argv = (
+        f"{{{{ appliance_command + ['upgrade'] + appliance_target + {['--check'] if check else []} + upgrade_args }}}}"
+    )
+    return {
+        "name": name,
+        "ansible.builtin.command": {"argv": argv},
+        "environment": "{{ {appliance_token_env: lookup('ansible.builtin.env', appliance_token_env)} }}",
+        "register": "upgrade",
+        "changed_when": False if check else "'upgrade passed' in upgrade.stdout",
+    }
+
+
+def _judge_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "judge the change on every appliance before any changes",
+        "hosts": group,
+        "gather_facts": False,
+        "any_errors_fatal": True,
+        "vars": variables,
+        "tasks": [_upgrade_task("the appliance answers and accepts the new generation", check=True)],
+    }
+
+
+def _upgrade_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
+    serving = {
+        "name": "the appliance is serving (in rotation) again",
+        "ansible.builtin.uri": {
+            "url": "{{ appliance_url }}/readyz",
+            "status_code": 200,
+            "ca_path": "{{ appliance_ca_file | default(omit) }}",
+        },  # fmt: skip
+        "register": "ready",
+        "until": "ready.status == 200",
+        "retries": _READY_RETRIES,
+        "delay": _READY_DELAY_S,
+    }
+    failed = {
+        "name": "stop the roll at the failed gate",
+        "ansible.builtin.fail": {"msg": "{{ upgrade.stdout_lines[-1] | default('appliance upgrade failed') }}"},
+    }
+    return {
+        "name": "upgrade one appliance at a time behind its gates",
+        "hosts": group,
+        "gather_facts": False,
+        "serial": 1,
+        "max_fail_percentage": 0,
+        "vars": variables,
+        "tasks": [{
+            "block": [_upgrade_task("appliance upgrade (the appliance rolls itself back if a gate fails)", False),
+                      serving],
+            "rescue": [serving, failed],
+        }],
+    }  # fmt: skip
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: object) -> bool:
+        return True  # each play and task written out whole: anchors would make the playbook harder to read
+
+
+def _dump(document: object) -> str:
+    return "---\n" + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=120)

@@ -1,0 +1,155 @@
+"""A site absorbs upgrades: two real appliances on the embedded default behind the real gateway (HAProxy), under a
+closed-loop client, rolled by a real Ansible (ansible-core, local connection) running `appliance upgrade` on each.
+
+In order, on the same two appliances:
+1. a canary that answers noise (the tiny random-weight model) fails its eval gate on the first appliance, which rolls
+   itself back; the roll stops there and the second appliance is never touched;
+2. a real change (a smaller concurrency limit) passes every gate on both, one at a time;
+3. an appliance killed in the middle of an upgrade comes back on the generation it served before.
+The client loses no request in 1 and 2. The gates run a short eval set (tests/data/eval-upgrade-gate.yaml) and
+a short workload run; their tolerances are wide because both appliances share two busy cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.control.documents import StateDocument
+
+from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
+
+pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
+ANSIBLE = ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
+BODY = {"model": "appliance/smollm2-135m-instruct", "prompt": "The capital of France is", "max_tokens": 8}
+GATES = ["--eval-set", str(Path(__file__).parent / "data" / "eval-upgrade-gate.yaml"), "--eval-tolerance", "0.25",
+         "--load-duration-s", "4", "--load-requests", "8", "--goodput-tolerance", "0.9",
+         "--ttft-tolerance", "20"]  # fmt: skip
+EXTRA = ("supervisor.deregister_s=2", "workload.output_tokens.mean=24", "workload.output_tokens.max=32")
+
+
+@pytest.fixture(scope="module")
+def site(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Served, Path, str]]:
+    """The two appliances (each engine on a core of its own), their site file and the gateway's URL."""
+    tmp = tmp_path_factory.mktemp("upgrade-site")
+    with (
+        running_appliance(tmp / "a", *EXTRA, "engine.env.VLLM_CPU_OMP_THREADS_BIND=0", model="smollm2") as a,
+        running_appliance(tmp / "b", *EXTRA, "engine.env.VLLM_CPU_OMP_THREADS_BIND=1", model="smollm2") as b,
+    ):
+        site_file = tmp / "lab.yaml"
+        site_file.write_text(f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
+                             f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
+        with running_gateway(site_file, tokens(a, b), tmp / "gw", BODY) as url:
+            yield a, b, site_file, url
+
+
+def tokens(a: Served, b: Served) -> dict[str, str]:
+    return {"A_TOKEN": a.token, "B_TOKEN": b.token}
+
+
+def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -> subprocess.CompletedProcess[str]:
+    """`appliance render ansible`, then ansible-playbook with the change and the gates as `upgrade_args`."""
+    rendered = subprocess.run([str(ROOT / ".venv" / "bin" / "appliance"), "render", "ansible", "--site-file",
+                               str(site_file), "--out", str(tmp)], capture_output=True, text=True)  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    env = os.environ | tokens(a, b) | {"ANSIBLE_HOME": str(tmp / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
+    extra = json.dumps({"upgrade_args": [*upgrade_args, *GATES]})
+    return subprocess.run([str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra],
+                          capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
+
+
+def generation(served: Served) -> str:
+    state = served.state()
+    assert state.generation is not None
+    return state.generation.id
+
+
+def test_a_canary_that_answers_noise_is_rolled_back_and_the_roll_stops_before_the_next_appliance(
+    site: tuple[Served, Served, Path, str], tmp_path: Path
+) -> None:
+    a, b, site_file, url = site
+    before_a, before_b = generation(a), generation(b)
+    with ClosedLoop(url, streams=2, body=BODY) as load:
+        ran = roll(site_file, a, b, tmp_path, "model=tiny")
+    assert ran.returncode != 0, ran.stdout
+    assert "stop the roll at the failed gate" in ran.stdout and "gate eval FAILED" in ran.stdout, ran.stdout
+    state = a.state()
+    assert state.upgrade is not None and state.upgrade.outcome == "rolled-back", state.upgrade
+    failed = next(g for g in state.upgrade.gates if not g.passed)
+    assert failed.name == "eval" and failed.figure is not None and failed.threshold is not None
+    assert failed.figure < failed.threshold and state.upgrade.baseline and state.upgrade.baseline["accuracy"] >= 0.5
+    assert generation(a) == before_a and state.served_name == BODY["model"] and state.state == "ready"
+    assert a.control("GET", "/readyz").status_code == 200  # back in rotation
+    assert b.state().upgrade is None and generation(b) == before_b  # never touched
+    assert load.failures() == {} and load.outcomes["ok"] > 0, load.outcomes
+
+
+def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing_no_request(
+    site: tuple[Served, Served, Path, str], tmp_path: Path
+) -> None:
+    a, b, site_file, url = site
+    before = {"a": generation(a), "b": generation(b)}
+    with ClosedLoop(url, streams=2, body=BODY) as load:
+        ran = roll(site_file, a, b, tmp_path, "serving.max_concurrency=8")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    states = {"a": a.state(), "b": b.state()}
+    for name, state in states.items():
+        upgrade = state.upgrade
+        assert upgrade is not None and upgrade.outcome == "passed", (name, upgrade)
+        assert upgrade.old.id == before[name] and state.generation is not None
+        assert state.generation.id == upgrade.new.id != before[name]
+        assert state.previous_generation is not None and state.previous_generation.id == before[name]
+        assert {g.name for g in upgrade.gates} == {"ready", "capabilities", "eval", "goodput", "ttft_p95"}
+        assert all(g.passed for g in upgrade.gates) and state.max_concurrency == 8
+    assert _one_at_a_time(states["a"], states["b"]), "the second upgrade began before the first ended"
+    assert load.failures() == {} and load.outcomes["ok"] > 0, load.outcomes
+
+
+def _one_at_a_time(first: StateDocument, second: StateDocument) -> bool:
+    assert first.upgrade is not None and second.upgrade is not None
+    ends = [s.ended for s in first.upgrade.steps if s.ended is not None]
+    return max(ends) <= second.upgrade.started
+
+
+def test_an_appliance_killed_mid_upgrade_comes_back_on_the_generation_it_served(
+    site: tuple[Served, Served, Path, str], tmp_path: Path
+) -> None:
+    a, _, _, _ = site
+    served_before = generation(a)
+    cli = subprocess.Popen([str(ROOT / ".venv" / "bin" / "appliance"), "upgrade", "--url", a.control_url,
+                            "serving.max_concurrency=4", "--skip", "eval", "--skip", "workload"],
+                           env=os.environ | {"APPLIANCE_TOKEN": a.token}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while (upgrade := a.state().upgrade) is None or upgrade.step != "switch":
+        assert time.monotonic() < deadline and cli.poll() is None, "the upgrade never reached its switch"
+        time.sleep(0.2)
+    os.kill(a.proc.pid, signal.SIGKILL)  # the appliance dies with the new engine booting
+    a.proc.wait()
+    assert cli.wait(timeout=60) == 4 and "lost the appliance mid-upgrade" in (cli.stdout.read() if cli.stdout else "")
+    _restart(a)
+    state = a.wait_for("ready", timeout=600)
+    assert state.generation is not None and state.generation.id == served_before
+    assert (
+        state.upgrade is not None
+        and state.upgrade.outcome == "interrupted"
+        and "step switch" in str(state.upgrade.reason)
+    )
+    assert state.max_concurrency == 8
+
+
+def _restart(served: Served) -> None:
+    """`serve` again as systemd's Restart= would: the same command on the same ports and cache."""
+    engine_port, control_port = (int(u.rsplit(":", 1)[1]) for u in (served.engine_url, served.control_url))
+    env = os.environ | {"APPLIANCE_TOKEN": served.token, "APPLIANCE_CACHE_DIR": str(served.cache)}
+    with served.output.open("ab") as sink:
+        served.proc = subprocess.Popen(serve_command(engine_port, control_port, *EXTRA,
+                                                     "engine.env.VLLM_CPU_OMP_THREADS_BIND=0", model="smollm2"),
+                                       env=env, stdout=sink, stderr=sink)  # fmt: skip
