@@ -20,6 +20,7 @@ from pathlib import Path
 import filelock
 import uvicorn
 
+from appliance.config.schema import WorkloadConfig
 from appliance.control.api import create_app
 from appliance.control.tls import check_server_files, uvicorn_tls
 from appliance.errors import ConfigError, LaunchError, Problem
@@ -27,6 +28,7 @@ from appliance.host import HostFacts, device_lock_name
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
 from appliance.resources import build_dir
+from appliance.rollout.gates import GateFile
 from appliance.rollout.generation import Journal, journal_path
 from appliance.rollout.runner import Planner, Upgrader
 from appliance.runtime.engine_log import EngineLog
@@ -204,6 +206,10 @@ class Generations:
 
     journal: Journal
     judge: Planner
+    first_boot: GateFile | None = None
+    """`serve --gates`: the gates this boot must pass before it joins the rotation."""
+    workload: WorkloadConfig | None = None
+    """The workload the gates run (the serving config's)."""
 
 
 async def run_service(
@@ -220,6 +226,8 @@ async def run_service(
     if generations is not None:
         path = journal_path(plan.state_dir, plan.control.port)
         upgrader = Upgrader(sup, generations.journal, path, generations.judge)
+        if generations.first_boot is not None and generations.workload is not None:
+            upgrader.gate_first_boot(generations.first_boot, generations.workload)
     notifier = lifecycle_notifier(os.environ)
     if notifier is not None:
         sup.subscribe(notifier.on_event)

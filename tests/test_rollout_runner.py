@@ -47,7 +47,7 @@ class Site:
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(create_app(self.sup, "t", upgrades=self.upgrader)),
                                       base_url="http://appliance", headers={"Authorization": "Bearer t"})  # fmt: skip
 
-    def judge(self, overrides: tuple[str, ...]) -> Planned:
+    def judge(self, overrides: tuple[str, ...], against: str | None) -> Planned:
         if overrides not in self.plans:
             raise ConfigError((Problem("bad-override", overrides[0], "is not a config key"),))
         return Planned(self.validated, self.plans[overrides])

@@ -155,7 +155,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
         from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 
         pod = argparse.Namespace(**{**vars(args), "overrides": [*POD_OVERRIDES, *args.overrides]})
-        manifests = render_k8s(validated_config(pod, load_matrix()), image=args.image, name=args.name)
+        gates = None
+        if args.gates is not None:
+            from appliance.rollout.gates import load_gate_file
+
+            load_gate_file(args.gates)  # judged here, so a pod never starts on a gate file it would refuse
+            gates = args.gates.read_text()
+        manifests = render_k8s(validated_config(pod, load_matrix()), image=args.image, name=args.name,
+                               replicas=args.replicas, gates=gates)  # fmt: skip
         if args.out is None:
             out.print(manifests.yaml(), markup=False, end="")
         for path in manifests.write(args.out) if args.out else ():
@@ -189,6 +196,10 @@ def register(command: Command) -> None:
     image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
     render.add_argument("--name", help="k8s: resource name (default tt-appliance-<site>)")
+    render.add_argument("--replicas", type=int, default=1, choices=range(1, 65), metavar="N",
+                        help="k8s: appliances in the Deployment (1-64), rolled one at a time")  # fmt: skip
+    render.add_argument("--gates", type=Path, help="k8s: a gate file; each new pod is ready only once it passed "
+                        "these gates (`serve --gates`, README, Upgrades)")  # fmt: skip
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")

@@ -46,10 +46,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if slots.wanted(args):
         return slots.serve_slots(args)
     host = discover_host()
-    planned = _planned(args, tuple(args.overrides))
+    gates = None
+    if args.gates is not None:
+        from appliance.rollout.gates import load_gate_file
+
+        gates = load_gate_file(args.gates)
+    planned = _planned(args, tuple(args.overrides), None)
     journal = _resumed_journal(args, planned.plan)
     if journal.current.overrides != tuple(args.overrides):
-        planned = _planned(args, journal.current.overrides)  # an upgrade passed: serve its generation
+        # an upgrade passed: serve its generation
+        planned = _planned(args, journal.current.overrides, journal.current.against)
     validated, plan = planned.validated, planned.plan
     _announce(plan, validated.family.description)
     preflight(plan, host)
@@ -63,15 +69,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
         out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
         out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
-        return asyncio.run(run_service(plan, token.value, control, checks, Generations(journal, _judge(args))))
+        generations = Generations(journal, _judge(args), gates, planned.workload)
+        return asyncio.run(run_service(plan, token.value, control, checks, generations))
 
 
-def _planned(args: argparse.Namespace, overrides: tuple[str, ...]) -> Planned:
-    """A generation's full override list -> its validated plan, the way `serve` judges its command line."""
+def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str | None) -> Planned:
+    """A generation's full override list and plugin state -> its validated plan, the way `serve` judges its command
+    line (a plugin state that is not recorded is refused on any engine)."""
+    from appliance.compat.state_set import load_states
     from appliance.rollout.runner import Planned
 
-    validated = validated_for(argparse.Namespace(**{**vars(args), "overrides": list(overrides)}), load_matrix(),
-                              args.probe)  # fmt: skip
+    load_states().select(against)
+    asked = argparse.Namespace(**{**vars(args), "overrides": list(overrides), "against": against})
+    validated = validated_for(asked, load_matrix(), args.probe)
     return Planned(validated, build_plan(validated))
 
 
@@ -80,8 +90,8 @@ def _judge(args: argparse.Namespace) -> Planner:
     built, and (unless `serve --no-probe`) the engine's own config code asked in the new environment."""
     from appliance.serve import ensure_model
 
-    def judge(overrides: tuple[str, ...]) -> Planned:
-        planned = _planned(args, overrides)
+    def judge(overrides: tuple[str, ...], against: str | None) -> Planned:
+        planned = _planned(args, overrides, against)
         ensure_model(planned.plan)
         if args.probe:
             engine_accepts(planned.plan)
@@ -247,6 +257,8 @@ def register(command: Command) -> None:
     serve.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     serve.add_argument("--no-probe", dest="probe", action="store_false",
                        help="boot without asking the engine's config code first")  # fmt: skip
+    serve.add_argument("--gates", type=Path, help="hold this boot out of rotation until it passes these gates "
+                       "against their recorded baseline (a Kubernetes rollout's gate; README, Upgrades)")  # fmt: skip
     status = command("status", _cmd_status)
     drain = command("drain", _cmd_drain)
     for cmd in (status, drain):

@@ -60,7 +60,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         if args.build_dir is not None:
             python = _built(args.build_dir, api.state())
             change = [o for o in change if _key(o) != "engine.python"] + [f"engine.python={python}"]
-        record = _judged(api, merged_overrides(generation.overrides, change), gates, args.check)
+        against = args.against or generation.against
+        record = _judged(api, merged_overrides(generation.overrides, change), against, gates, args.check)
         if record.old.id == record.new.id or args.check:
             verb = "would upgrade" if record.old.id != record.new.id else "nothing to change, serving"
             out.print(f"{args.url}: {verb} generation {record.old.id}" + (
@@ -100,10 +101,11 @@ def _built(build_dir: Path, state: StateDocument) -> str:
     return str(build_environment(where, state.engine, build_dir))
 
 
-def _judged(api: SyncControlClient, overrides: tuple[str, ...], gates: object, check: bool) -> UpgradeDocument:
+def _judged(api: SyncControlClient, overrides: tuple[str, ...], against: str | None, gates: object,
+            check: bool) -> UpgradeDocument:  # fmt: skip
     """The appliance's verdict on the new generation: its record, or its refusal (exit 2; 3 while one runs)."""
     try:
-        return api.upgrade(overrides, gates if isinstance(gates, dict) else {}, check=check)
+        return api.upgrade(overrides, against, gates if isinstance(gates, dict) else {}, check=check)
     except ApiError as error:
         if error.status == 400:
             raise ConfigError((Problem("upgrade-refused", api.target.name, error.reason),)) from None
@@ -148,6 +150,8 @@ def register(command: Command) -> None:
     cmd.add_argument("--ca-file", help="CA bundle that verifies an https control API (control.tls)")
     cmd.add_argument("--build-dir", type=Path, help="new engine pins: a build/ directory whose recipe is built "
                      "beside the running environment, named by its pins' hash")  # fmt: skip
+    cmd.add_argument("--against", metavar="vllm=X", help="a new plugin state: judge and serve the generation under "
+                     "the recorded state that targets vLLM X (default: the serving generation's)")  # fmt: skip
     cmd.add_argument("--check", action="store_true", help="judge the change only; change nothing")
     cmd.add_argument("--json", action="store_true", help="the final upgrade record as JSON")
     gates = cmd.add_argument_group("gates (each has a default and a range; see README, Upgrades)")

@@ -215,10 +215,11 @@ class SyncControlClient:
     def act(self, action: Action) -> str:
         return _accepted(self.target, action, self._reply("POST", f"/{action}", failed=f"{action} not sent, "))
 
-    def upgrade(self, overrides: Sequence[str], gates: Mapping[str, object], *, check: bool) -> UpgradeDocument:
+    def upgrade(self, overrides: Sequence[str], against: str | None, gates: Mapping[str, object], *,
+                check: bool) -> UpgradeDocument:  # fmt: skip
         """POST /upgrade: the upgrade the appliance judged and (unless `check`) started; ApiError with its one-line
         refusal otherwise."""
-        body = {"overrides": list(overrides), "gates": dict(gates), "check": check}
+        body = {"overrides": list(overrides), "against": against, "gates": dict(gates), "check": check}
         reply = self._reply("POST", "/upgrade", failed="upgrade not sent, ", body=body)
         if reply.status not in (200, 202):
             raise ApiError(self.target.name, f"upgrade refused, {_refusal(reply)}", reply.status)

@@ -30,6 +30,8 @@ class GenerationDocument:
     engine_python: str
     since: float | None = None
     """When it became current (epoch seconds); None while it is being tried."""
+    against: str | None = None
+    """The plugin state it is judged under (`vllm=X`, as `--against` names it); None: the pinned one."""
 
 
 @dataclass(frozen=True, slots=True)

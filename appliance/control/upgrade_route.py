@@ -1,10 +1,11 @@
 """POST /upgrade and what /state says of generations: the control API's side of an in-place upgrade.
 
-The body is `{"overrides": [...], "gates": {...}, "check": false}`: the new generation's full override list
-and the gate settings (`appliance.rollout.gates.GateSettings` fields). The appliance judges it with its own
-files and environment, as its `serve` would. A refusal is 400 with its one-line reason (409 while another
-upgrade runs); 202 with the upgrade started; 200 with the record when only checked, or when the overrides
-give the generation already serving (its old and new are then one).
+The body is `{"overrides": [...], "against": "vllm=X" or null, "gates": {...}, "check": false}`: the new
+generation's full override list, its plugin state (null: the pinned one) and the gate settings
+(`appliance.rollout.gates.GateSettings` fields). The appliance judges it with its own files and environment, as
+its `serve` would. A refusal is 400 with its one-line reason (409 while another upgrade runs); 202 with the
+upgrade started; 200 with the record when only checked, or when the overrides give the generation already
+serving (its old and new are then one).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def upgrade_handler(upgrades: Upgrades | None) -> Handler:
         overrides, gates = body.get("overrides") if isinstance(body, dict) else None, body.get("gates", {})
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             return _error("overrides must be a list of strings", 400)
-        if not isinstance(gates, dict):
-            return _error("gates must be an object", 400)
+        against = body.get("against")
+        if not isinstance(gates, dict) or not isinstance(against, str | None):
+            return _error("gates must be an object and against a string or null", 400)
         try:
-            record = await upgrades.start(tuple(overrides), gates, body.get("check") is True)
+            record = await upgrades.start(tuple(overrides), against, gates, body.get("check") is True)
         except ConfigError as error:
             status = 409 if error.problems[0].code == "upgrade-running" else 400
             return _error("; ".join(p.render() for p in error.problems), status)

@@ -20,17 +20,28 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import yaml
-
-from appliance.control.site_file import SiteEntry
 
 __all__ = ["AnsibleFiles", "render_ansible"]
 
 _GROUP = re.compile(r"[^A-Za-z0-9_]")
 _READY_RETRIES, _READY_DELAY_S = 120, 5  # how long a rolled-back host may take to serve again: 10 minutes
+
+
+class SiteEntry(Protocol):
+    """One appliance of a site file (`appliance.control.site_file.SiteEntry` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def token_env(self) -> str: ...
+    @property
+    def ca_file(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,8 @@ __all__ = ["DEVICE_CLASS", "POD_OVERRIDES", "K8sManifests", "render_k8s"]
 
 DEVICE_CLASS = "tenstorrent.com"
 CONFIG_FILE = "/etc/tt-appliance/config.yaml"
+GATES_FILE = "/etc/tt-appliance/gates/gates.yaml"
+_GATES_BUDGET_S = 600  # the eval and the workload run, twice their defaults' time on a loaded host
 CACHE_DIR = "/var/lib/tt-appliance/cache"
 SECRETS_DIR = "/run/secrets/tt-appliance"
 # Applied before the operator's overrides: the pod listens on its own IP and keeps state in volumes.
@@ -82,16 +84,21 @@ class K8sManifests:
         return tuple(paths)
 
 
-def render_k8s(validated: ValidatedConfig, *, image: str, name: str | None = None) -> K8sManifests:
-    """ServiceAccount, ConfigMap, ResourceClaimTemplate (tt), Deployment, Service and NetworkPolicy,
-    all in `site.namespace`."""
+def render_k8s(validated: ValidatedConfig, *, image: str, name: str | None = None, replicas: int = 1,
+               gates: str | None = None) -> K8sManifests:  # fmt: skip
+    """ServiceAccount, ConfigMap, ResourceClaimTemplate (tt), Deployment, Service and NetworkPolicy, all in
+    `site.namespace`; with `gates` (a gate file's text, `serve --gates`), their ConfigMap too: each new pod is
+    ready only once it passed them, so a rollout waits on the gates and stalls at the first pod that fails one."""
     plan = build_plan(validated)
     name = name or _dns_name(f"tt-appliance-{plan.site}")
     meta = {"namespace": validated.config.site.namespace, **_meta(name, plan)}
     docs: list[Mapping[str, Any]] = [k8s_policy.service_account(name, meta), _config_map(name, validated, meta)]
+    if gates is not None:
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-gates", **meta},
+                     "data": {Path(GATES_FILE).name: gates}})  # fmt: skip
     if plan.engine == "tt":
         docs.append(_claim_template(name, validated, meta))
-    docs += [_deployment(name, plan, image, meta), _service(name, plan, meta)]
+    docs += [_deployment(name, plan, image, meta, replicas, gates is not None), _service(name, plan, meta)]
     docs.append(k8s_policy.network_policy(name, plan, meta))
     return K8sManifests(name, tuple(docs))
 
@@ -124,14 +131,15 @@ def _claim_template(name: str, validated: ValidatedConfig, meta: dict[str, Any])
             "spec": {"spec": {"devices": {"requests": [{"name": "boards", "exactly": request}]}}}}  # fmt: skip
 
 
-def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any]) -> dict[str, Any]:
+def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any], replicas: int,
+                gated: bool) -> dict[str, Any]:  # fmt: skip
     tt, sup = plan.engine == "tt", plan.supervisor
     pod: dict[str, Any] = {
         "serviceAccountName": name,
         "automountServiceAccountToken": False,
         "securityContext": k8s_policy.pod_security(),
-        "containers": [_container(name, plan, image)],
-        "volumes": _volumes(name, plan),
+        "containers": [_container(name, plan, image, gated)],
+        "volumes": _volumes(name, plan, gated),
         # Out of rotation (deregister_s), the drain (shutdown_timeout_s) and the group kill (stop_grace_s),
         # with room for the appliance's exit.
         "terminationGracePeriodSeconds": int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s) + 15,
@@ -145,13 +153,21 @@ def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any]) -
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, **meta, "annotations": annotations},
-        # Devices are exclusive: a surge pod would wait for boards the old pod still holds.
-        "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": selector},
+        "spec": {"replicas": replicas, "strategy": _strategy(plan), "selector": {"matchLabels": selector},
+                 # A boot, the gates and the old pod's drain, with room: past it the rollout is marked failed.
+                 "progressDeadlineSeconds": int(plan.ready_timeout_s + _GATES_BUDGET_S + sup.shutdown_timeout_s) + 60,
                  "template": {"metadata": template, "spec": pod}},
     }  # fmt: skip
 
 
-def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
+def _strategy(plan: LaunchPlan) -> dict[str, Any]:
+    """One pod at a time. Devices are exclusive: a tt pod can start only on boards an old pod gave back, so none
+    surges (the old pod goes first); a cpu pod surges one and the old pod serves until the new one is ready."""
+    one = {"maxSurge": 0, "maxUnavailable": 1} if plan.engine == "tt" else {"maxSurge": 1, "maxUnavailable": 0}
+    return {"type": "RollingUpdate", "rollingUpdate": one}
+
+
+def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str, Any]:
     tt = plan.engine == "tt"
     choices = [f"{g}={plan.choices[g]}" for g in GROUPS if g != "site" and g in plan.choices]
     cpu, memory = _CPU[plan.engine], _MEMORY[plan.engine]
@@ -169,6 +185,8 @@ def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
     if tt:
         mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages-1G"})
     mounts += _tls_mounts(plan)
+    if gated:
+        mounts.append({"name": "gates", "mountPath": str(Path(GATES_FILE).parent), "readOnly": True})
     # HOME and USER for the engine's own caches (~/.cache) and getpass: uid 10001 has no passwd entry.
     env = {"APPLIANCE_HOST_FILE": CONFIG_FILE, "APPLIANCE_SECRETS_DIR": SECRETS_DIR, "HOME": "/tmp",
            "USER": "tt-appliance"}  # fmt: skip
@@ -177,7 +195,7 @@ def _container(name: str, plan: LaunchPlan, image: str) -> dict[str, Any]:
         "image": image,
         # Each start asks the registry, so a node's cached copy is never run without the pull credentials.
         "imagePullPolicy": "Always",
-        "command": ["appliance", "serve", *choices],
+        "command": ["appliance", "serve", *(["--gates", GATES_FILE] if gated else []), *choices],
         "env": [{"name": key, "value": value} for key, value in env.items()],
         "ports": [
             {"name": "openai", "containerPort": plan.port},
@@ -238,7 +256,7 @@ def _probes(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def _volumes(name: str, plan: LaunchPlan) -> list[dict[str, Any]]:
+def _volumes(name: str, plan: LaunchPlan, gated: bool) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": f"{name}-config"}},
         _secret_volume(name, plan),
@@ -252,6 +270,8 @@ def _volumes(name: str, plan: LaunchPlan) -> list[dict[str, Any]]:
     ]
     if plan.engine == "tt":
         volumes.append({"name": "hugepages", "emptyDir": {"medium": "HugePages-1Gi"}})
+    if gated:
+        volumes.append({"name": "gates", "configMap": {"name": f"{name}-gates"}})
     if plan.control.tls is not None:
         # A kubernetes.io/tls Secret (tls.crt, tls.key; ca.crt for control.tls.ca_file), 0400 like the others.
         volumes.append({"name": "control-tls", "secret": {"secretName": f"{name}-control-tls", "defaultMode": 0o400}})

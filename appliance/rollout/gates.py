@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from appliance.config.schema import WorkloadConfig
 from appliance.control.upgrade_documents import GateDocument
+from appliance.data_files import load_data_file
 from appliance.errors import ConfigError, EngineError, Problem
 from appliance.loadtest.generator import RunWindow
 from appliance.loadtest.run import LoadTarget, run_loadtest
@@ -30,7 +31,7 @@ from appliance.plan import LaunchPlan
 from appliance.quality.evalset import DEFAULT_EVAL_SET, load_eval_set
 from appliance.quality.run import run_eval
 
-__all__ = ["SKIPPABLE", "GateSettings", "judge", "measure", "parse_settings"]
+__all__ = ["SKIPPABLE", "GateFile", "GateSettings", "judge", "load_gate_file", "measure", "parse_settings"]
 
 Skippable = Literal["capabilities", "eval", "workload"]
 SKIPPABLE: tuple[Skippable, ...] = ("capabilities", "eval", "workload")
@@ -57,6 +58,38 @@ class GateSettings:
 
 
 _SETTINGS: TypeAdapter[GateSettings] = TypeAdapter(GateSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class GateFile:
+    """`serve --gates FILE`: the figures a recorded generation reached, and the gates' settings (a Kubernetes pod's
+    gates, from a ConfigMap). Each gate that runs needs its baseline: `accuracy` for eval, `goodput` and `ttft_p95`
+    (ms) for the workload run."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    baseline: dict[str, Annotated[float, Field(ge=0)]]
+    """accuracy, goodput (requests meeting the SLO per second) and ttft_p95 (ms)."""
+    gates: GateSettings = GateSettings()
+
+
+_GATE_FILE: TypeAdapter[GateFile] = TypeAdapter(GateFile)
+_NEEDS = {"eval": ("accuracy",), "workload": ("goodput", "ttft_p95")}
+
+
+def load_gate_file(path: Path) -> GateFile:
+    """The gate file, or ConfigError naming the file and key (a missing baseline for a gate that runs too)."""
+    found = load_data_file(path, _GATE_FILE, "gate-file", "gate file")
+    unknown = sorted(set(found.baseline) - {k for keys in _NEEDS.values() for k in keys})
+    if unknown:
+        raise ConfigError((Problem("gate-file", f"{path}:baseline.{unknown[0]}", "is not a gate's figure",
+                                   "Use accuracy, goodput and ttft_p95"),))  # fmt: skip
+    for gate, keys in _NEEDS.items():
+        missing = [k for k in keys if k not in found.baseline]
+        if missing and gate not in found.gates.skip:
+            raise ConfigError((Problem("gate-file", f"{path}:baseline", f"the {gate} gate needs {', '.join(missing)}",
+                                       f"Record it, or add {gate} to gates.skip"),))  # fmt: skip
+    return found
 
 
 def parse_settings(data: object, where: str) -> GateSettings:
@@ -95,12 +128,13 @@ def judge(baseline: Figures, now: Figures, settings: GateSettings) -> tuple[Gate
     results = []
     if "accuracy" in now:
         low = max(0.0, baseline["accuracy"] - settings.eval_tolerance)
-        results.append(_at_least("eval", now["accuracy"], low, f"accuracy {now['accuracy']:.2f}, baseline "
-                                 f"{baseline['accuracy']:.2f} - {settings.eval_tolerance:.2f}"))  # fmt: skip
+        results.append(_at_least("eval", now["accuracy"], low, f"accuracy {now['accuracy']:.2f}, at least {low:.2f} "
+                                 f"(baseline {baseline['accuracy']:.2f} - {settings.eval_tolerance:.2f})"))  # fmt: skip
     if "goodput" in now:
         low = baseline["goodput"] * (1 - settings.goodput_tolerance)
-        results.append(_at_least("goodput", now["goodput"], low, f"goodput {now['goodput']:.2f}/s, baseline "
-                                 f"{baseline['goodput']:.2f}/s x {1 - settings.goodput_tolerance:.2f}"))  # fmt: skip
+        results.append(_at_least("goodput", now["goodput"], low, f"goodput {now['goodput']:.2f}/s, at least "
+                                 f"{low:.2f}/s (baseline {baseline['goodput']:.2f}/s x "
+                                 f"{1 - settings.goodput_tolerance:.2f})"))  # fmt: skip
         high = baseline["ttft_p95"] * (1 + settings.ttft_tolerance)
         passed = now["ttft_p95"] <= high
         results.append(GateDocument("ttft_p95", passed, now["ttft_p95"], high, f"TTFT p95 {now['ttft_p95']:.0f} ms, "
@@ -109,4 +143,4 @@ def judge(baseline: Figures, now: Figures, settings: GateSettings) -> tuple[Gate
 
 
 def _at_least(name: str, figure: float, threshold: float, detail: str) -> GateDocument:
-    return GateDocument(name, figure >= threshold, figure, threshold, f"{detail} = {threshold:.2f} at least")
+    return GateDocument(name, figure >= threshold, figure, threshold, detail)

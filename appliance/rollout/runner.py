@@ -34,7 +34,7 @@ from appliance.observe.effective import differences, effective, requested
 from appliance.observe.engine_metrics import parse_metrics
 from appliance.plan import LaunchPlan
 from appliance.rollout.environments import prune_environments
-from appliance.rollout.gates import GateSettings, judge, measure, parse_settings
+from appliance.rollout.gates import GateFile, GateSettings, judge, measure, parse_settings
 from appliance.rollout.generation import Journal, write_journal
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import EngineSupervisor
@@ -57,9 +57,10 @@ class Planned:
         return self.validated.config.workload
 
 
-Planner = Callable[[tuple[str, ...]], Planned]
-"""A full override list -> its validated plan, as `serve` makes it (for an upgrade: with its model built and the
-engine's own config code asked in its environment; ConfigError when anything refuses)."""
+Planner = Callable[[tuple[str, ...], str | None], Planned]
+"""A full override list and plugin state (`vllm=X`; None: the pinned one) -> its validated plan, as `serve` makes
+it (for an upgrade: with its model built and the engine's own config code asked in its environment; ConfigError
+when anything refuses)."""
 
 
 class _GateFailed(Exception):
@@ -86,17 +87,19 @@ class Upgrader:
     def generations(self) -> tuple[GenerationDocument, GenerationDocument | None, UpgradeDocument | None]:
         return self._journal.current, self._journal.previous, self._journal.last
 
-    async def start(self, overrides: tuple[str, ...], gates: Mapping[str, object], check: bool) -> UpgradeDocument:
+    async def start(self, overrides: tuple[str, ...], against: str | None, gates: Mapping[str, object],
+                    check: bool) -> UpgradeDocument:  # fmt: skip
         """Judge the new generation (its config, its model, the engine's own config code in its environment) and,
         unless `check`, start the upgrade; ConfigError before anything changes. The record's old and new are one
         generation when there is nothing to change."""
         settings = parse_settings(gates, "gates.")
         if self._task is not None and not self._task.done():
             raise _refused("upgrade-running", "an upgrade is already under way", "Wait for it (appliance status)")
-        planned = await asyncio.to_thread(self._judge, overrides)
+        planned = await asyncio.to_thread(self._judge, overrides, against)
         new, current = planned.plan, self._journal.current
         _same_place(self._sup.plan, new)
-        record = UpgradeDocument(current, GenerationDocument(new.config_hash, overrides, new.python), time.time())
+        generation = GenerationDocument(new.config_hash, overrides, new.python, against=against)
+        record = UpgradeDocument(current, generation, time.time())
         if check or new.config_hash == current.id:
             return record
         self._save(replace(self._journal, last=record))
@@ -128,10 +131,30 @@ class Upgrader:
             return
         self._commit()
 
+    def gate_first_boot(self, gates: GateFile, workload: WorkloadConfig) -> None:
+        """`serve --gates`: this boot stays out of rotation until it passes the gates against a recorded baseline
+        (how a Kubernetes rollout waits on them: the new pod is not ready until then, and never is if one fails)."""
+        current = self._journal.current
+        self._save(replace(self._journal, last=UpgradeDocument(current, current, time.time(), baseline=gates.baseline)))
+        self._holding = True
+        self._task = asyncio.create_task(self._first_boot(gates, workload))
+
+    async def _first_boot(self, gates: GateFile, workload: WorkloadConfig) -> None:
+        try:
+            await self._gates(self._sup.plan, workload, gates.gates, gates.baseline, switch=False)
+        except asyncio.CancelledError:
+            self._end("interrupted", f"interrupted at step {self._last().step}: the appliance stopped")
+            raise
+        except (_GateFailed, ApplianceError, httpx.HTTPError, OSError) as error:
+            self._end("failed", f"{error}; held out of rotation (readiness 503) until an operator acts")
+            return
+        self._holding = False
+        self._update(outcome="passed")
+
     async def _gates(self, new: LaunchPlan, workload: WorkloadConfig, settings: GateSettings,
-                     baseline: dict[str, float]) -> None:  # fmt: skip
+                     baseline: dict[str, float], *, switch: bool = True) -> None:  # fmt: skip
         budget = settings.ready_s or new.ready_timeout_s
-        seconds = await self._step("switch", self._boot(new, budget), "")
+        seconds = await self._step("switch" if switch else "boot", self._boot(new, budget, switch=switch), "")
         why = self._sup.snapshot().last_error or "still booting"
         said = f"ready in {seconds:.0f}s" if seconds is not None else f"not ready: {why}"
         said += f" (budget {budget:.0f}s)"
@@ -157,13 +180,17 @@ class Upgrader:
         if not gate.passed:
             raise _GateFailed(gate.render())
 
-    async def _boot(self, plan: LaunchPlan, budget: float) -> float | None:
-        """Switch the engine to `plan`; seconds until it was ready, None when it failed or ran out of budget."""
+    async def _boot(self, plan: LaunchPlan, budget: float, *, switch: bool = True) -> float | None:
+        """Switch the engine to `plan` (or wait for its boot under way); seconds until it was ready, None when it
+        failed or ran out of budget."""
         events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         unsubscribe = self._sup.subscribe(events.put_nowait)
         started = time.monotonic()
         try:
-            self._sup.switch(plan)
+            if switch:
+                self._sup.switch(plan)
+            elif self._sup.snapshot().state is EngineState.READY:
+                return 0.0
             async with asyncio.timeout(budget):
                 while (event := await events.get()).state not in (EngineState.READY, EngineState.FAILED):
                     pass
@@ -188,7 +215,9 @@ class Upgrader:
     async def _roll_back(self, old: LaunchPlan, reason: str) -> None:
         log.warning("upgrade rolling back: %s", reason)
         self._update(reason=reason)
-        seconds = await self._step("rollback", self._boot(old, old.ready_timeout_s), "") if self._switched() else 0.0
+        seconds: float | None = 0.0
+        if self._switched():  # the old engine still serves when the upgrade failed before its switch
+            seconds = await self._step("rollback", self._boot(old, old.ready_timeout_s), "")
         self._holding = False
         if seconds is None:
             self._end("failed", f"{reason}; the rollback to {old.config_hash} did not become ready either")
