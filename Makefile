@@ -105,6 +105,7 @@ bench: setup engine-cpu
 	$(BIN)/python bench/validate_vs_engine.py
 	$(BIN)/python bench/verdict_time.py
 	PYTHONPATH=. $(BIN)/python bench/config_probe_time.py
+	PYTHONPATH=. $(BIN)/python bench/upgrade_time.py
 	PYTHONPATH=. $(BIN)/python bench/serve_overhead.py
 	PYTHONPATH=. $(BIN)/python bench/embedded_default.py
 	PYTHONPATH=. $(BIN)/python bench/console_cpu.py

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from appliance.rollout.generation import Journal
     from appliance.rollout.runner import Planned, Planner
 
-__all__ = ["control_token", "generation_lines", "register"]
+__all__ = ["control_token", "register"]
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -146,6 +146,7 @@ def control_token(args: argparse.Namespace) -> str:
 def _cmd_status(args: argparse.Namespace) -> int:
     from appliance.control.client import SyncControlClient, Target, slot_target
     from appliance.control.documents import dump
+    from appliance.control.upgrade_documents import generation_lines
 
     appliance = Target(args.url, args.url.rstrip("/"), control_token(args), args.ca_file)
     with SyncControlClient(appliance) as api:
@@ -165,7 +166,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
         if state.boot is not None:
             out.print(_boot_line(state.boot), markup=False)
-        for line in generation_lines(state):
+        for line in generation_lines(state.generation, state.previous_generation, state.upgrade):
             out.print(line, markup=False)
         if state.quarantined:
             out.print("quarantined: the device fault came back after a board reset; the host needs hands", markup=False)
@@ -193,22 +194,6 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         raise EngineError(f"{args.url}: still {state} after {args.wait:.0f}s")
     out.print(f"engine {state}", markup=False)
     return 0
-
-
-def generation_lines(state: StateDocument) -> list[str]:
-    """The generation serving, and the upgrade under way (its step, its gates so far) or how the last one ended."""
-    if state.generation is None:
-        return []
-    previous = state.previous_generation
-    lines = [f"generation {state.generation.id}" + (f" (previous {previous.id})" if previous else "")]
-    upgrade = state.upgrade
-    if upgrade is None:
-        return lines
-    if upgrade.outcome == "running":
-        lines.append(f"upgrading {upgrade.old.id} -> {upgrade.new.id}: step {upgrade.step}")
-    elif upgrade.outcome != "passed" or upgrade.new.id != state.generation.id:
-        lines.append(f"last upgrade {upgrade.old.id} -> {upgrade.new.id} {upgrade.outcome}: {upgrade.reason}")
-    return lines + [f"  {gate.render()}" for gate in upgrade.gates if upgrade.outcome == "running"]
 
 
 def _boot_line(boot: BootDocument) -> str:

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import ConfigDict
 
-__all__ = ["GateDocument", "GenerationDocument", "Outcome", "StepDocument", "UpgradeDocument"]
+__all__ = ["GateDocument", "GenerationDocument", "Outcome", "StepDocument", "UpgradeDocument", "generation_lines"]
 
 _WIRE = ConfigDict(extra="ignore")
 Outcome = Literal["running", "passed", "rolled-back", "interrupted", "failed"]
@@ -78,3 +78,18 @@ class UpgradeDocument:
     @property
     def step(self) -> str | None:
         return self.steps[-1].name if self.steps else None
+
+
+def generation_lines(current: GenerationDocument | None, previous: GenerationDocument | None,
+                     upgrade: UpgradeDocument | None) -> list[str]:  # fmt: skip
+    """What `appliance status` and the console say: the generation serving, and the upgrade under way (its step and
+    gates so far) or how the last one ended when it did not pass."""
+    if current is None:
+        return []
+    lines = [f"generation {current.id}" + (f" (previous {previous.id})" if previous else "")]
+    if upgrade is None or (upgrade.outcome == "passed" and upgrade.new.id == current.id):
+        return lines
+    if upgrade.outcome != "running":
+        return [*lines, f"last upgrade {upgrade.old.id} -> {upgrade.new.id} {upgrade.outcome}: {upgrade.reason}"]
+    return [*lines, f"upgrading {upgrade.old.id} -> {upgrade.new.id}: step {upgrade.step}",
+            *(f"  {gate.render()}" for gate in upgrade.gates)]  # fmt: skip

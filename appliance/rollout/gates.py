@@ -127,7 +127,7 @@ def judge(baseline: Figures, now: Figures, settings: GateSettings) -> tuple[Gate
     """Each measured gate's verdict, its figure against its threshold."""
     results = []
     if "accuracy" in now:
-        low = max(0.0, baseline["accuracy"] - settings.eval_tolerance)
+        low = round(max(0.0, baseline["accuracy"] - settings.eval_tolerance), 9)  # 0.8 - 0.1 is 0.7, not 0.70...01
         results.append(_at_least("eval", now["accuracy"], low, f"accuracy {now['accuracy']:.2f}, at least {low:.2f} "
                                  f"(baseline {baseline['accuracy']:.2f} - {settings.eval_tolerance:.2f})"))  # fmt: skip
     if "goodput" in now:

@@ -10,12 +10,13 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from appliance.control.documents import StateDocument
 from tui.view import ApplianceView
 from tui.widgets.format import STATE_STYLE, millis, number, percent
 
 __all__ = ["FleetScreen"]
 
-_COLUMNS = ("appliance", "state", "model", "mesh", "load", "p99 TTFT", "KV", "alerts")
+_COLUMNS = ("appliance", "state", "model", "mesh", "generation", "load", "p99 TTFT", "KV", "alerts")
 
 
 class FleetScreen(Screen[None]):
@@ -63,7 +64,7 @@ class FleetScreen(Screen[None]):
 def _row(view: ApplianceView) -> tuple[str | Text, ...]:
     state, summary = view.polled.state, view.summary
     if state is None:
-        return (view.name, Text("unreachable", STATE_STYLE["unreachable"]), "", "", "", "", "",
+        return (view.name, Text("unreachable", STATE_STYLE["unreachable"]), "", "", "", "", "", "",
                 Text(view.polled.error or "", "red"))  # fmt: skip
     load = "no metrics"
     if summary is not None:
@@ -72,5 +73,14 @@ def _row(view: ApplianceView) -> tuple[str | Text, ...]:
     ttft = millis(summary.ttft.p99) if summary is not None and summary.ttft is not None else "–"
     kv = percent(summary.kv_usage) if summary is not None else "n/a"
     alerts = Text(" · ".join(view.alerts), "yellow") if view.alerts else Text("ok", "green")
-    return (view.name, Text(state.state, STATE_STYLE.get(state.state, "")), state.checkpoint, state.mesh, load, ttft,
-            kv, alerts)  # fmt: skip
+    return (view.name, Text(state.state, STATE_STYLE.get(state.state, "")), state.checkpoint, state.mesh,
+            _generation(state), load, ttft, kv, alerts)  # fmt: skip
+
+
+def _generation(state: StateDocument) -> str | Text:
+    """The generation serving, or old -> new and the step while an upgrade runs: which of a site's appliances are on
+    which generation, at a glance."""
+    upgrade = state.upgrade
+    if upgrade is not None and upgrade.outcome == "running":
+        return Text(f"{upgrade.old.id[:6]}→{upgrade.new.id[:6]} {upgrade.step or ''}".rstrip(), "cyan")
+    return state.generation.id if state.generation is not None else "–"

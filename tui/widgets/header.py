@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.reactive import var
 
+from appliance.control.upgrade_documents import generation_lines
 from tui.view import ApplianceView
 from tui.widgets.format import STATE_STYLE, duration
 from tui.widgets.quiet import QuietText
@@ -44,6 +45,11 @@ def _render(view: ApplianceView | None) -> Text:
         boot = state.boot
         known = "first boot here, no ETA" if boot.eta_s is None else f"ETA {duration(boot.eta_s)}"
         text.append(f"\nbooting: {boot.phase} {duration(boot.elapsed_s)} ({known})", "red" if boot.slow else "cyan")
+    upgrade = generation_lines(state.generation, state.previous_generation, state.upgrade)[1:]
+    if upgrade:
+        text.append(
+            "\n" + " ".join(line.strip() for line in upgrade), "cyan" if "upgrading" in upgrade[0] else "yellow"
+        )
     if state.last_error:
         text.append(f"\nlast error: {state.last_error}", "red")
     if view.alerts:

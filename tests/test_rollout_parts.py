@@ -1,0 +1,136 @@
+"""The upgrade's parts that need no engine: the generation journal across restarts, the gates' thresholds, the
+overrides a change makes, environments named by their pins and freed, and the bad input `appliance upgrade`
+refuses before anything changes."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from appliance.cli.upgrade import merged_overrides
+from appliance.control.upgrade_documents import GenerationDocument, StepDocument, UpgradeDocument
+from appliance.errors import ConfigError
+from appliance.resources import build_dir
+from appliance.rollout.environments import environment_dir, pins_hash, prune_environments
+from appliance.rollout.gates import GateSettings, judge, load_gate_file, parse_settings
+from appliance.rollout.generation import Journal, read_journal, resume, write_journal
+
+from .helpers import Cli, cpu_plan, free_port
+
+OLD = GenerationDocument("aaaaaaaaaaaa", ("model=smollm2",), "/e/cpu/bin/python", 1.0)
+NEW = GenerationDocument("bbbbbbbbbbbb", ("model=smollm2", "serving.max_concurrency=8"), "/e/cpu/bin/python")
+
+
+def test_a_journal_survives_a_restart_and_an_unfinished_upgrade_comes_back_interrupted_on_the_old_generation(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "generation-8100.json"
+    running = UpgradeDocument(
+        OLD, NEW, 2.0, steps=(StepDocument("out-of-rotation", 2.0, 2.5), StepDocument("switch", 3.0))
+    )
+    write_journal(path, Journal(OLD.overrides, None, OLD, last=running))
+    resumed = resume(read_journal(path), OLD.overrides, None, OLD)
+    assert resumed.current == OLD and resumed.last is not None and resumed.last.outcome == "interrupted"
+    assert resumed.last.reason == "interrupted at step switch: the appliance stopped; serving generation aaaaaaaaaaaa"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # the atomic write leaves nothing beside it
+
+
+def test_a_passed_upgrade_is_served_again_until_serves_own_command_line_changes(tmp_path: Path) -> None:
+    path = tmp_path / "generation-8100.json"
+    passed = Journal(OLD.overrides, None, replace(NEW, since=5.0), OLD, UpgradeDocument(OLD, NEW, 2.0, "passed"))
+    write_journal(path, passed)
+    assert resume(read_journal(path), OLD.overrides, None, OLD) == passed
+    fresh = GenerationDocument("cccccccccccc", ("model=tiny",), "/e/cpu/bin/python", 9.0)
+    assert resume(read_journal(path), ("model=tiny",), None, fresh) == Journal(("model=tiny",), None, fresh)
+    assert resume(None, OLD.overrides, None, OLD) == Journal(OLD.overrides, None, OLD)
+
+
+@pytest.mark.parametrize(("text", "where"), [("{", "the file"), ('{"base": [], "site_dir": null}', "current")])
+def test_a_damaged_journal_is_one_line_naming_the_file(tmp_path: Path, text: str, where: str) -> None:
+    path = tmp_path / "generation-8100.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        read_journal(path)
+    line = caught.value.problems[0].render()
+    assert line.startswith(f"error[generation-journal] {path}: ") and where in line and "\n" not in line
+
+
+def test_each_gate_passes_at_its_threshold_and_fails_just_past_it() -> None:
+    settings = GateSettings(eval_tolerance=0.1, goodput_tolerance=0.25, ttft_tolerance=0.5)
+    baseline = {"accuracy": 0.8, "goodput": 4.0, "ttft_p95": 200.0}
+    at = {g.name: g.passed for g in judge(baseline, {"accuracy": 0.7, "goodput": 3.0, "ttft_p95": 300.0}, settings)}
+    past = {g.name: g.passed for g in judge(baseline, {"accuracy": 0.69, "goodput": 2.99, "ttft_p95": 301.0}, settings)}
+    assert at == {"eval": True, "goodput": True, "ttft_p95": True}
+    assert past == {"eval": False, "goodput": False, "ttft_p95": False}
+    failed = judge(baseline, {"accuracy": 0.0}, settings)[0]
+    assert failed.render() == "gate eval FAILED: accuracy 0.00, at least 0.70 (baseline 0.80 - 0.10)"
+
+
+@pytest.mark.parametrize(("given", "where", "what"), [
+    ({"eval_tolerance": 1.5}, "--eval-tolerance", "less than or equal to 1"),
+    ({"ready_s": 0}, "--ready-s", "greater than 0"),
+    ({"skip": ["ready"]}, "--skip", "'capabilities', 'eval' or 'workload'"),
+    ({"load_requests": 0}, "--load-requests", "greater than or equal to 1"),
+])  # fmt: skip
+def test_a_gate_threshold_out_of_range_names_its_flag_and_range(given: dict[str, object], where: str,
+                                                                 what: str) -> None:  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(given, "--")
+    problem = caught.value.problems[0]
+    assert problem.key.startswith(where) and what in problem.message, problem.render()
+
+
+def test_a_change_replaces_the_keys_it_sets_and_appends_the_rest() -> None:
+    base = ("model=smollm2", "serving.max_concurrency=16", "+engine.env.X=1")
+    assert merged_overrides(base, ["serving.max_concurrency=8", "engine.env.X=2", "features.strict=true"]) == (
+        "model=smollm2", "serving.max_concurrency=8", "engine.env.X=2", "features.strict=true")  # fmt: skip
+
+
+def test_a_gate_file_needs_the_baseline_of_each_gate_it_runs(tmp_path: Path) -> None:
+    good = tmp_path / "gates.yaml"
+    good.write_text("baseline: {accuracy: 0.7}\ngates: {skip: [workload], eval_tolerance: 0.05}\n")
+    assert load_gate_file(good).gates.eval_tolerance == 0.05
+    bad = {
+        "baseline: {accuracy: 0.7}\n": "baseline",
+        "baseline: {accuracy: 0.7, tps: 1}\n": "baseline.tps",
+        "baseline: {accuracy: -1}\ngates: {skip: [workload]}\n": "accuracy",
+    }
+    for text, key in bad.items():
+        good.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_gate_file(good)
+        assert key in caught.value.problems[0].key, caught.value.problems[0].render()
+
+
+def test_environments_are_named_by_their_pins_and_the_unkept_ones_are_freed(tmp_path: Path) -> None:
+    recipe = tmp_path / "build"
+    shutil.copytree(build_dir() / "cpu", recipe / "cpu")
+    name = environment_dir(tmp_path / "engines", "cpu", recipe).name
+    (recipe / "cpu" / "NOTES.md").write_text("notes change nothing")
+    assert environment_dir(tmp_path / "engines", "cpu", recipe).name == name == f"cpu-{pins_hash(recipe / 'cpu')}"
+    (recipe / "cpu" / "requirements.lock").write_text("changed pins\n")
+    assert environment_dir(tmp_path / "engines", "cpu", recipe).name != name
+    engines = tmp_path / "engines"
+    for env in ("cpu", "cpu-111111111111", "cpu-222222222222", "cpu-333333333333", "cpu-notahash"):
+        (engines / env / "bin").mkdir(parents=True)
+        (engines / env / "bin" / "python").write_bytes(b"x" * 1024)
+    plan = replace(cpu_plan(tmp_path), python=str(engines / "cpu-222222222222" / "bin" / "python"))
+    freed = prune_environments(plan, {plan.python, str(engines / "cpu" / "bin" / "python")})
+    assert freed == "; removed cpu-111111111111 (0.0 GiB), cpu-333333333333 (0.0 GiB)"
+    assert sorted(p.name for p in engines.iterdir()) == ["cpu", "cpu-222222222222", "cpu-notahash"]
+
+
+def test_upgrade_refuses_bad_input_in_one_line_and_changes_nothing(cli: Cli, tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    cases = [
+        (("upgrade", "--url", closed, "serving.max_concurrency=8"), 3, "cannot upgrade"),
+        (("upgrade", "--url", closed, "--eval-tolerance", "7"), 2, "error[bad-gate] --eval-tolerance"),
+        (("render", "ansible"), 2, "error[site-file] --site-file"),
+        (("render", "ansible", "--site-file", str(tmp_path / "none.yaml")), 2, "cannot read it"),
+    ]
+    for args, code, said in cases:
+        done = cli(*args)
+        assert done.returncode == code and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
