@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,44 @@ def _print_manifest(manifest: Any, as_json: bool) -> int:
     return 0 if manifest.ok else 3
 
 
+def _render_watch(args: argparse.Namespace) -> int:
+    """render prometheus / grafana: a site's scrape config and alert rules, or its dashboard."""
+    from appliance.control.site_file import load_site_file
+
+    if args.site_file is None:
+        out.print(f"render {args.kind} needs --site-file (the site's appliances, as the console reads them)",
+                  markup=False)  # fmt: skip
+        return 2
+    site, entries = args.job or args.site_file.stem, load_site_file(args.site_file)
+    if args.kind == "grafana":
+        from appliance.deploy.grafana import render_grafana
+
+        return _emit(args.out, {f"tt-appliance-{site}.json": render_grafana(site)})
+    from appliance.deploy.prometheus import RULES_FILE, AlertOptions, render_prometheus
+
+    if args.credentials_dir is None:
+        out.print("render prometheus needs --credentials-dir (a file per token_env, mode 0600)", markup=False)
+        return 2
+    options = AlertOptions(**{f.name: getattr(args, f.name) for f in fields(AlertOptions)})
+    files = render_prometheus(site, entries, args.credentials_dir, options)
+    return _emit(args.out, {"prometheus.yml": files.config, RULES_FILE: files.rules})
+
+
+def _emit(directory: Path | None, files: dict[str, str]) -> int:
+    """Print the files one after the other, or write them into `directory`."""
+    for name, text in files.items():
+        if directory is None:
+            out.print(f"# {name}\n{text}" if len(files) > 1 else text, markup=False, end="")
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+        out.print(f"wrote {directory / name}", markup=False)
+    return 0
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
+    if args.kind in ("prometheus", "grafana"):
+        return _render_watch(args)
     if args.kind == "systemd":
         from appliance.deploy.systemd import with_unit_paths
 
@@ -153,6 +191,18 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch_arguments(render: argparse.ArgumentParser) -> None:
+    from appliance.deploy.prometheus import AlertOptions
+
+    render.add_argument("--site-file", type=Path, help="prometheus, grafana: the site's appliances (YAML)")
+    render.add_argument("--job", help="prometheus, grafana: the site's job name (default: the site file's name)")
+    render.add_argument("--credentials-dir", type=Path, help="prometheus: a file per token_env holding its token")
+    for item in fields(AlertOptions):
+        default = item.default
+        render.add_argument(f"--{item.name.replace('_', '-')}", type=type(default), default=default,
+                            help=f"prometheus: {item.metadata['help']} (default {default})")  # fmt: skip
+
+
 def register(command: Command) -> None:
     """build, manifest, render and sites: engine environments and fleet deployment."""
     build = command("build", _cmd_build)
@@ -161,11 +211,12 @@ def register(command: Command) -> None:
     manifest = command("manifest", _cmd_manifest)
     manifest.add_argument("--json", action="store_true")
     render = command("render", _cmd_render)
-    render.add_argument("kind", choices=("k8s", "systemd"))
+    render.add_argument("kind", choices=("k8s", "systemd", "prometheus", "grafana"))
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
     image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
     render.add_argument("--name", help="k8s: resource name (default tt-appliance-<site>)")
+    _watch_arguments(render)
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
