@@ -1,0 +1,224 @@
+"""The appliance as Prometheus watches it: its /metrics checked by promtool, the rendered scrape config
+and rules checked and unit-tested by promtool (Debian's prometheus package, `make prometheus`), the
+Grafana dashboard read back through Grafana's own schema types, and the render's refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from appliance.observe.scheduler_log import SchedulerLog
+
+from .helpers import Cli
+from .recorded_appliance import recorded_api
+
+TOKEN = "recorded-token"
+SERIES = (
+    "appliance_engine_state", "appliance_engine_ready", "appliance_engine_state_seconds",
+    "appliance_engine_restarts_total", "appliance_engine_draining", "appliance_quarantined",
+    "appliance_boot_phase_seconds", "appliance_decode_stalls_total", "appliance_decode_stall_seconds_total",
+    "appliance_decode_seconds_total", "appliance_requests_running", "appliance_requests_waiting",
+    "appliance_kv_cache_usage_ratio", "appliance_slo_seconds", "appliance_goodput_ratio", "appliance_config_info",
+)  # fmt: skip
+"""Every series the recorded appliance exports; a new one (appliance_generation_info) is one more name here."""
+
+
+def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool is missing: `make prometheus` installs Debian's prometheus package"
+    return subprocess.run([binary, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+async def recorded_page(scrapes: int = 4) -> tuple[str, dict[str, object]]:
+    """The recorded appliance's /metrics after `scrapes` scrapes (each a recorded engine page), and its /load."""
+    with recorded_api(TOKEN) as api:
+        transport = httpx.ASGITransport(app=api.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://control") as client:
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            for _ in range(scrapes):
+                page = (await client.get("/metrics", headers=auth)).text
+            load = (await client.get("/load", headers=auth)).json()
+    return page, load
+
+
+def value(page: str, series: str) -> float:
+    return next(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(f"{series} "))
+
+
+async def test_the_metrics_page_follows_prometheus_conventions_and_carries_every_series() -> None:
+    page, load = await recorded_page()
+    checked = promtool("check", "metrics", stdin=page)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    names = {line.split()[2] for line in page.splitlines() if line.startswith("# TYPE")}
+    exported = {n if n.endswith("_total") or f"{n}_total" not in page else f"{n}_total" for n in names}
+    assert set(SERIES) <= exported | {n.removesuffix("_info") for n in exported} | names
+    assert value(page, "appliance_engine_ready") == 1.0  # the recorded appliance is ready
+    assert value(page, "appliance_kv_cache_usage_ratio") == pytest.approx(load["summary"]["kv_usage"], rel=0.5)
+    assert 'appliance_slo_seconds{slo="ttft"} 2.0' in page  # workload=chat's slo_ttft_ms, in seconds
+    assert TOKEN not in page
+
+
+def test_decode_stalls_are_prefill_steps_between_decodes_with_their_share_of_decode_time() -> None:
+    log = SchedulerLog()
+    step = ("Engine 000: Iteration({i}): {cr} context requests, {ct} context tokens, {gr} generation requests, "
+            "{gt} generation tokens, iteration elapsed time: {ms} ms")  # fmt: skip
+    for i, (cr, ct, gr, ms) in enumerate([(1, 90, 0, 50), (0, 0, 1, 10), (1, 400, 0, 200), (1, 300, 0, 100),
+                                          (0, 0, 2, 10), (0, 0, 2, 10), (0, 0, 0, 1), (1, 50, 0, 40)]):  # fmt: skip
+        log.feed(step.format(i=i, cr=cr, ct=ct, gr=gr, gt=gr, ms=ms))
+    stalls = log.stalls()
+    # The first prefill held no decode back, nor the last (nothing was decoding); the two in between did, once.
+    assert stalls.stalls == 1
+    assert stalls.stall_s == pytest.approx(0.3)
+    assert stalls.decode_s == pytest.approx(0.33)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> tuple[Path, Path]:
+    """A site file of two appliances sharing one token, and the credentials directory holding it."""
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    (creds / "LAB_TOKEN").write_text("lab-secret-value")
+    (creds / "LAB_TOKEN").chmod(0o600)
+    site_file = tmp_path / "lab.yaml"
+    site_file.write_text("- {name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}\n"
+                         "- {name: lab-02, url: 'http://10.0.4.22:8100', token_env: LAB_TOKEN}\n")  # fmt: skip
+    return site_file, creds
+
+
+def test_the_rendered_config_and_rules_pass_promtool_and_hold_no_token(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path
+) -> None:
+    site_file, creds = site
+    out = tmp_path / "prometheus"
+    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out", str(out))
+    assert ran.returncode == 0, ran.stderr
+    checked = promtool("check", "config", "prometheus.yml", cwd=out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 8 rules found" in promtool("check", "rules", "tt-appliance-rules.yml", cwd=out).stdout
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    jobs = {s["job_name"]: s for s in config["scrape_configs"]}
+    assert set(jobs) == {"lab", "lab-engine"} and jobs["lab-engine"]["metrics_path"] == "/engine/metrics"
+    assert jobs["lab"]["authorization"] == {"type": "Bearer", "credentials_file": str(creds / "LAB_TOKEN")}
+    assert [t["targets"] for t in jobs["lab"]["static_configs"]] == [["10.0.4.21:8100"], ["10.0.4.22:8100"]]
+    for path in out.iterdir():
+        assert "lab-secret-value" not in path.read_text()
+
+
+SERIES_IN = {
+    'appliance_engine_ready{job="lab", appliance="a"}': "1 1 0x10",
+    'up{job="lab", appliance="a"}': "1x12",
+    'appliance_engine_ready{job="lab", appliance="b"}': "1x12",
+    'up{job="lab", appliance="b"}': "1x3 0x8",
+    'appliance_engine_restarts_total{job="lab", appliance="a"}': "0 1 2 3 4 5 5x6",
+    'appliance_engine_restarts_total{job="lab", appliance="b"}': "0 1 1x10",
+    'appliance_boot_elapsed_seconds{job="lab", appliance="a"}': "10+60x12",
+    'appliance_boot_expected_seconds{job="lab", appliance="a"}': "200x12",
+    'appliance_decode_stall_seconds_total{job="lab", appliance="a"}': "0+30x12",
+    'appliance_decode_seconds_total{job="lab", appliance="a"}': "0+60x12",
+    'appliance_decode_stall_seconds_total{job="lab", appliance="b"}': "0+1x12",
+    'appliance_decode_seconds_total{job="lab", appliance="b"}': "0+60x12",
+    'appliance_kv_cache_usage_ratio{job="lab", appliance="a"}': "0.95x12",
+    'appliance_requests_waiting{job="lab", appliance="a"}': "3x12",
+    'appliance_kv_cache_usage_ratio{job="lab", appliance="b"}': "0.95x12",
+    'appliance_requests_waiting{job="lab", appliance="b"}': "0x12",
+    'appliance_goodput_ratio{job="lab", appliance="a", slo="ttft"}': "0.5x12",
+    'appliance_goodput_ratio{job="lab", appliance="b", slo="ttft"}': "1x12",
+    'appliance_capability_differs{job="lab", appliance="a", capability="prefix_caching"}': "0x2 1x10",
+    'appliance_quarantined{job="lab", appliance="a"}': "0 0 1x10",
+    'appliance_quarantined{job="lab", appliance="b"}': "0x12",
+}
+"""One sample a minute: appliance a meets each alert's condition, b (mostly) does not."""
+ALERTS = (
+    # alert, silent at, firing at, [(labels beyond job and severity, summary)]
+    ("ApplianceNotReady", "4m", "10m", [({"appliance": "a"}, "a has not been ready for 5m"),
+                                        ({"appliance": "b"}, "b has not been ready for 5m")]),
+    ("ApplianceRestartLoop", "3m", "6m", [({"appliance": "a"}, "a restarted 4 times or more in 15m")]),
+    ("ApplianceBootPastEta", "4m", "9m", [({"appliance": "a"}, "a boot is over 2x its record")]),
+    ("ApplianceDecodeStalls", "3m", "11m", [({"appliance": "a"}, "a: decode stalls take 50% of inter-token time")]),
+    ("ApplianceKvNearFull", "3m", "6m", [({"appliance": "a"}, "a: KV cache nearly full with requests waiting")]),
+    ("ApplianceGoodputUnderSlo", "3m", "6m", [({"appliance": "a", "slo": "ttft"},
+                                               "a: only 50% of requests meet the ttft SLO")]),
+    ("ApplianceEffectiveDiffers", "6m", "8m", [({"appliance": "a", "capability": "prefix_caching"},
+                                                "a runs prefix_caching otherwise than planned")]),
+    ("ApplianceQuarantined", "1m", "2m", [({"appliance": "a"}, "a is quarantined: a device fault came back after "
+                                           "its reset")]),
+)  # fmt: skip
+
+
+def rule_tests(rules: dict[str, object]) -> dict[str, object]:
+    """promtool's unit tests of the rendered rules: each alert silent, then firing with its runbook."""
+    rendered = {r["alert"]: r for r in rules["groups"][0]["rules"]}  # type: ignore[index]
+    cases = []
+    for name, silent, firing, expected in ALERTS:
+        severity = rendered[name]["labels"]["severity"]
+        runbook = rendered[name]["annotations"]["runbook"]
+        cases.append({"eval_time": silent, "alertname": name, "exp_alerts": []})
+        cases.append({"eval_time": firing, "alertname": name, "exp_alerts": [
+            {"exp_labels": {"job": "lab", "severity": severity, **labels},
+             "exp_annotations": {"summary": summary, "runbook": runbook}}
+            for labels, summary in expected
+        ]})  # fmt: skip
+    series = [{"series": name, "values": values} for name, values in SERIES_IN.items()]
+    return {"rule_files": ["tt-appliance-rules.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]}  # fmt: skip
+
+
+def test_each_alert_fires_on_its_condition_and_stays_silent_otherwise(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path
+) -> None:
+    site_file, creds = site
+    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out",
+              str(tmp_path), "--restarts", "4")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    rules = yaml.safe_load((tmp_path / "tt-appliance-rules.yml").read_text())
+    assert {r["alert"] for r in rules["groups"][0]["rules"]} == {a[0] for a in ALERTS}
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(rule_tests(rules)))
+    tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_the_dashboard_is_grafanas_own_model_with_a_panel_per_question(cli: Cli, site: tuple[Path, Path]) -> None:
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    ran = cli("render", "grafana", "--site-file", str(site[0]))
+    assert ran.returncode == 0, ran.stderr
+    model = json.loads(ran.stdout)
+    # Read through the schema's generated types and written back: nothing the schema lacks survives unchanged.
+    assert json.loads(json.dumps(Dashboard.from_json(model), cls=JSONEncoder)) == model
+    titles = [p["title"] for p in model["panels"]]
+    assert titles[0] == "State per appliance" and titles[-1] == "Generation per appliance"
+    exprs = " ".join(t["expr"] for p in model["panels"] for t in p["targets"])
+    for series in ("appliance_kv_cache_usage_ratio", "vllm:time_to_first_token_seconds_bucket", "appliance_goodput",
+                   "vllm:inter_token_latency_seconds_bucket", "appliance_decode_stall_seconds_total",
+                   "appliance_engine_restarts_total", 'appliance_generation_info{job="lab"}'):  # fmt: skip
+        assert series in exprs
+
+
+@pytest.mark.parametrize(
+    ("entry", "mode", "expected"),
+    [
+        ("{name: lab-01, url: 'http://10.0.4.21', token_env: LAB_TOKEN}", 0o600, "lab-01: url http://10.0.4.21 has no "
+         "control port"),
+        ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: OTHER_TOKEN}", 0o600, "OTHER_TOKEN: cannot read it"),
+        ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}", 0o644, "LAB_TOKEN: mode 0644 lets "
+         "others read the token"),
+    ],
+)  # fmt: skip
+def test_a_site_file_or_credentials_file_it_cannot_use_is_refused_in_one_line(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path, entry: str, mode: int, expected: str
+) -> None:
+    site_file, creds = site
+    site_file.write_text(f"- {entry}\n")
+    (creds / "LAB_TOKEN").chmod(mode)
+    out = tmp_path / "out"
+    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out", str(out))
+    assert ran.returncode == 2
+    assert expected in ran.stderr and len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
+    assert not out.exists()
