@@ -142,8 +142,9 @@ def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
                "restart in progress ends by itself; failed needs `appliance restart` after reading /logs; "
                "unreachable means the appliance process or host is down."),
         _alert("ApplianceRestartLoop", f"increase(appliance_engine_restarts_total{{{on}}}[{o.restart_window}]) >= "
-               f"{o.restarts}", "0m", "critical", "{{ $labels.appliance }} restarted " + f"{o.restarts} times or more in "
-               f"{o.restart_window}", "The engine keeps crashing: read the crash cause in `appliance status` and /logs "
+               f"{o.restarts}", "0m", "critical",
+               "{{ $labels.appliance }} restarted " + f"{o.restarts} times or more in {o.restart_window}",
+               "The engine keeps crashing: read the crash cause in `appliance status` and /logs "
                "(the fault ladder names the rule and the next step); fix it before restarting again."),
         _alert("ApplianceBootPastEta", f"appliance_boot_elapsed_seconds{{{on}}} > {o.boot_factor} * "
                f"appliance_boot_expected_seconds{{{on}}}", o.boot_for, "warning",
