@@ -110,6 +110,28 @@ def test_the_rendered_config_and_rules_pass_promtool_and_hold_no_token(
         assert "lab-secret-value" not in path.read_text()
 
 
+def test_slots_are_scraped_under_their_routes_and_other_credentials_in_a_scrape_config_of_their_own(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path
+) -> None:
+    site_file, creds = site
+    (creds / "SLOT_TOKEN").write_text("slot-secret-value")
+    (creds / "SLOT_TOKEN").chmod(0o400)
+    site_file.write_text("- {name: host-a, url: 'http://10.0.4.23:8100/slots/a', token_env: SLOT_TOKEN}\n"
+                         "- {name: host-b, url: 'http://10.0.4.23:8100/slots/b/', token_env: SLOT_TOKEN}\n"
+                         "- {name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}\n")  # fmt: skip
+    out = tmp_path / "prometheus"
+    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out", str(out))
+    assert ran.returncode == 0, ran.stderr
+    assert promtool("check", "config", "prometheus.yml", cwd=out).returncode == 0
+    scrapes = yaml.safe_load((out / "prometheus.yml").read_text())["scrape_configs"]
+    paths = {(s["metrics_path"], s["authorization"]["credentials_file"].rsplit("/", 1)[1]) for s in scrapes}
+    assert paths == {("/slots/a/metrics", "SLOT_TOKEN"), ("/slots/a/engine/metrics", "SLOT_TOKEN"),
+                     ("/slots/b/metrics", "SLOT_TOKEN"), ("/slots/b/engine/metrics", "SLOT_TOKEN"),
+                     ("/metrics", "LAB_TOKEN"), ("/engine/metrics", "LAB_TOKEN")}  # fmt: skip
+    # Several scrape configs, one job per site: the rules and the dashboard select job="lab" or "lab-engine".
+    assert {r["replacement"] for s in scrapes for r in s["relabel_configs"]} == {"lab", "lab-engine"}
+
+
 SERIES_IN = {
     'appliance_engine_ready{job="lab", appliance="a"}': "1 1 0x10",
     'up{job="lab", appliance="a"}': "1x12",
