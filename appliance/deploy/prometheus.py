@@ -27,7 +27,7 @@ from appliance.observe.alerts import KV_ALERT
 from appliance.preflight.workload_fit import INTERRUPT_WARN
 from appliance.runtime.boot_record import SLOW_FACTOR
 
-__all__ = ["AlertOptions", "PrometheusFiles", "render_prometheus"]
+__all__ = ["AlertOptions", "Appliance", "PrometheusFiles", "render_prometheus"]
 
 RULES_FILE = "tt-appliance-rules.yml"
 
@@ -139,8 +139,8 @@ def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
         _alert("ApplianceNotReady", f"appliance_engine_ready{{{on}}} == 0 or up{{{on}}} == 0", o.not_ready_for,
                "warning", "{{ $labels.appliance }} has not been ready for " + o.not_ready_for,
                "Clients get no answers from it. `appliance status` says its state and last error: a drain or "
-               "restart in progress ends by itself; failed needs `appliance restart` after reading /logs; "
-               "unreachable means the appliance process or host is down."),
+               "restart in progress ends by itself; failed needs a restart (the console, or POST /restart) after "
+               "reading /logs; unreachable means the appliance process or host is down."),
         _alert("ApplianceRestartLoop", f"increase(appliance_engine_restarts_total{{{on}}}[{o.restart_window}]) >= "
                f"{o.restarts}", "0m", "critical",
                "{{ $labels.appliance }} restarted " + f"{o.restarts} times or more in {o.restart_window}",
@@ -172,8 +172,8 @@ def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
                "against effective and where the engine said it; plan what the engine can run."),
         _alert("ApplianceQuarantined", f"appliance_quarantined{{{on}}} == 1", "0m", "critical",
                "{{ $labels.appliance }} is quarantined: a device fault came back after its reset",
-               "The boards need hands: inspect them with tt-smi, reset or replace them, then `appliance restart` "
-               "lifts the quarantine."),
+               "The boards need hands: inspect them with tt-smi, reset or replace them; then a restart (the console, "
+               "or POST /restart) lifts the quarantine."),
     ]}  # fmt: skip
 
 
