@@ -1,81 +1,16 @@
-"""The appliance as Prometheus watches it: its /metrics checked by promtool, the rendered scrape config
-and rules checked and unit-tested by promtool (Debian's prometheus package, `make prometheus`), the
-Grafana dashboard read back through Grafana's own schema types, and the render's refusals."""
+"""A site as Prometheus and Grafana watch it: the rendered scrape config and rules checked and unit-tested
+by promtool (Debian's prometheus package, `make prometheus`), the Grafana dashboard read back through
+Grafana's own schema types, and the render's refusals."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
-from appliance.observe.scheduler_log import SchedulerLog
-
-from .helpers import Cli
-from .recorded_appliance import recorded_api
-
-TOKEN = "recorded-token"
-SERIES = (
-    "appliance_engine_state", "appliance_engine_ready", "appliance_engine_state_seconds",
-    "appliance_engine_restarts_total", "appliance_engine_draining", "appliance_quarantined",
-    "appliance_boot_phase_seconds", "appliance_decode_stalls_total", "appliance_decode_stall_seconds_total",
-    "appliance_decode_seconds_total", "appliance_requests_running", "appliance_requests_waiting",
-    "appliance_kv_cache_usage_ratio", "appliance_slo_seconds", "appliance_goodput_ratio", "appliance_config_info",
-)  # fmt: skip
-"""Every series the recorded appliance exports; a new one (appliance_generation_info) is one more name here."""
-
-
-def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("promtool")
-    assert binary, "promtool is missing: `make prometheus` installs Debian's prometheus package"
-    return subprocess.run([binary, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=60)
-
-
-async def recorded_page(scrapes: int = 4) -> tuple[str, dict[str, object]]:
-    """The recorded appliance's /metrics after `scrapes` scrapes (each a recorded engine page), and its /load."""
-    with recorded_api(TOKEN) as api:
-        transport = httpx.ASGITransport(app=api.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://control") as client:
-            auth = {"Authorization": f"Bearer {TOKEN}"}
-            for _ in range(scrapes):
-                page = (await client.get("/metrics", headers=auth)).text
-            load = (await client.get("/load", headers=auth)).json()
-    return page, load
-
-
-def value(page: str, series: str) -> float:
-    return next(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(f"{series} "))
-
-
-async def test_the_metrics_page_follows_prometheus_conventions_and_carries_every_series() -> None:
-    page, load = await recorded_page()
-    checked = promtool("check", "metrics", stdin=page)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    names = {line.split()[2] for line in page.splitlines() if line.startswith("# TYPE")}
-    exported = {n if n.endswith("_total") or f"{n}_total" not in page else f"{n}_total" for n in names}
-    assert set(SERIES) <= exported | {n.removesuffix("_info") for n in exported} | names
-    assert value(page, "appliance_engine_ready") == 1.0  # the recorded appliance is ready
-    assert value(page, "appliance_kv_cache_usage_ratio") == pytest.approx(load["summary"]["kv_usage"], rel=0.5)
-    assert 'appliance_slo_seconds{slo="ttft"} 2.0' in page  # workload=chat's slo_ttft_ms, in seconds
-    assert TOKEN not in page
-
-
-def test_decode_stalls_are_prefill_steps_between_decodes_with_their_share_of_decode_time() -> None:
-    log = SchedulerLog()
-    step = ("Engine 000: Iteration({i}): {cr} context requests, {ct} context tokens, {gr} generation requests, "
-            "{gt} generation tokens, iteration elapsed time: {ms} ms")  # fmt: skip
-    for i, (cr, ct, gr, ms) in enumerate([(1, 90, 0, 50), (0, 0, 1, 10), (1, 400, 0, 200), (1, 300, 0, 100),
-                                          (0, 0, 2, 10), (0, 0, 2, 10), (0, 0, 0, 1), (1, 50, 0, 40)]):  # fmt: skip
-        log.feed(step.format(i=i, cr=cr, ct=ct, gr=gr, gt=gr, ms=ms))
-    stalls = log.stalls()
-    # The first prefill held no decode back, nor the last (nothing was decoding); the two in between did, once.
-    assert stalls.stalls == 1
-    assert stalls.stall_s == pytest.approx(0.3)
-    assert stalls.decode_s == pytest.approx(0.33)
+from .helpers import Cli, promtool
 
 
 @pytest.fixture

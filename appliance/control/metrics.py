@@ -53,10 +53,13 @@ class ApplianceMetrics:
         plan = sup.plan
         info.info({"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
                    "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
-        state = sup.snapshot().state
-        self._state.state(state.value)
-        self._ready.set(1 if state is EngineState.READY else 0)
-        self._entered = time.monotonic()
+        snap = sup.snapshot()
+        self._state.state(snap.state.value)
+        self._ready.set(1 if snap.state is EngineState.READY else 0)
+        self._restarts.inc(snap.restarts)
+        self._entered: float | None = None
+        for event in snap.events:  # what happened before this API was made (a slot's, a recorded appliance's)
+            self._time_phase(event)
         self._started = clock()
         self.registry.register(self)
         sup.subscribe(self.on_event)
@@ -67,10 +70,7 @@ class ApplianceMetrics:
         return generate_latest(self.registry)
 
     def on_event(self, event: EngineEvent) -> None:
-        now = time.monotonic()
-        if event.previous in _BOOT:
-            self._phase.labels(event.previous.value).set(now - self._entered)
-        self._entered = now
+        self._time_phase(event)
         self._state.state(event.state.value)
         self._ready.set(1 if event.state is EngineState.READY else 0)
         if event.state is EngineState.RESTARTING and event.previous is not EngineState.FAILED:
@@ -78,6 +78,11 @@ class ApplianceMetrics:
         fault = self._sup.snapshot().fault
         if fault is not None and event.state in (EngineState.RESTARTING, EngineState.FAILED):
             self._faults.labels(fault.rule, str(fault.device).lower()).inc()
+
+    def _time_phase(self, event: EngineEvent) -> None:
+        if event.previous in _BOOT and self._entered is not None:
+            self._phase.labels(event.previous.value).set(event.at - self._entered)
+        self._entered = event.at
 
     def collect(self) -> Iterator[Metric]:
         """The series read at scrape time (the registry calls this; it is a prometheus_client Collector)."""
