@@ -161,8 +161,8 @@ def test_the_dashboard_is_grafanas_own_model_with_a_panel_per_question(cli: Cli,
 @pytest.mark.parametrize(
     ("entry", "mode", "expected"),
     [
-        ("{name: lab-01, url: 'http://10.0.4.21', token_env: LAB_TOKEN}", 0o600, "lab-01: url http://10.0.4.21 has no "
-         "control port"),
+        ("{name: lab-01, url: 'http://10.0.4.21', token_env: LAB_TOKEN}", 0o600,
+         "lab.yaml:lab-01.url: http://10.0.4.21 has no control port"),
         ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: OTHER_TOKEN}", 0o600, "OTHER_TOKEN: cannot read it"),
         ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}", 0o644, "LAB_TOKEN: mode 0644 lets "
          "others read the token"),

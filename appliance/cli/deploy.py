@@ -15,6 +15,7 @@ from appliance import __version__
 from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
+from appliance.errors import ConfigError, Problem
 from appliance.host import discover_host
 from appliance.plan import build_plan
 
@@ -128,9 +129,7 @@ def _render_watch(args: argparse.Namespace) -> int:
     from appliance.control.site_file import load_site_file
 
     if args.site_file is None:
-        out.print(f"render {args.kind} needs --site-file (the site's appliances, as the console reads them)",
-                  markup=False)  # fmt: skip
-        return 2
+        raise _missing("--site-file", f"render {args.kind} watches the appliances a site file lists")
     site, entries = args.job or args.site_file.stem, load_site_file(args.site_file)
     if args.kind == "grafana":
         from appliance.deploy.grafana import render_grafana
@@ -139,11 +138,15 @@ def _render_watch(args: argparse.Namespace) -> int:
     from appliance.deploy.prometheus import RULES_FILE, AlertOptions, render_prometheus
 
     if args.credentials_dir is None:
-        out.print("render prometheus needs --credentials-dir (a file per token_env, mode 0600)", markup=False)
-        return 2
+        raise _missing("--credentials-dir", "Prometheus reads each appliance's token from a file named after its "
+                       "token_env there (mode 0600)")  # fmt: skip
     options = AlertOptions(**{f.name: getattr(args, f.name) for f in fields(AlertOptions)})
-    files = render_prometheus(site, entries, args.credentials_dir, options)
+    files = render_prometheus(site, entries, args.credentials_dir, options, str(args.site_file))
     return _emit(args.out, {"prometheus.yml": files.config, RULES_FILE: files.rules})
+
+
+def _missing(flag: str, why: str) -> ConfigError:
+    return ConfigError((Problem("missing-flag", flag, f"{why}: none given", f"Pass {flag}"),))
 
 
 def _emit(directory: Path | None, files: dict[str, str]) -> int:

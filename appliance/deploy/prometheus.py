@@ -74,14 +74,19 @@ class PrometheusFiles:
 
 
 def render_prometheus(
-    site: str, entries: Sequence[Appliance], credentials_dir: Path, options: AlertOptions = AlertOptions()
+    site: str,
+    entries: Sequence[Appliance],
+    credentials_dir: Path,
+    options: AlertOptions = AlertOptions(),
+    source: str = "site file",
 ) -> PrometheusFiles:
-    """The scrape config and alert rules of one site; ConfigError naming the entry or credentials file otherwise."""
+    """The scrape config and alert rules of one site; ConfigError naming the entry (of the file `source`) or the
+    credentials file otherwise."""
     groups: dict[tuple[str, str, str, str | None], list[dict[str, Any]]] = {}
     for entry in entries:
         url = urlsplit(entry.url)
         if not url.hostname or url.port is None:
-            raise ConfigError((Problem("site-file", entry.name, f"url {entry.url} has no control port",
+            raise ConfigError((Problem("site-file", f"{source}:{entry.name}.url", f"{entry.url} has no control port",
                                        "Write each appliance's control API URL with its port, e.g. "
                                        "http://10.0.4.21:8100"),))  # fmt: skip
         credentials = _credentials(credentials_dir, entry.token_env)
