@@ -179,3 +179,12 @@ def test_a_site_file_or_credentials_file_it_cannot_use_is_refused_in_one_line(
     assert ran.returncode == 2
     assert expected in ran.stderr and len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("kind", "flag"), [("grafana", "--site-file"), ("prometheus", "--credentials-dir")])
+def test_a_render_without_its_site_file_or_credentials_names_the_flag(
+    cli: Cli, site: tuple[Path, Path], kind: str, flag: str
+) -> None:
+    ran = cli("render", kind, *(["--site-file", str(site[0])] if flag != "--site-file" else []))
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert ran.stderr.startswith(f"error[missing-flag] {flag}: ") and len(ran.stderr.strip().splitlines()) == 1
