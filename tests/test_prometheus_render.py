@@ -188,3 +188,17 @@ def test_a_render_without_its_site_file_or_credentials_names_the_flag(
     ran = cli("render", kind, *(["--site-file", str(site[0])] if flag != "--site-file" else []))
     assert ran.returncode == 2 and ran.stdout == ""
     assert ran.stderr.startswith(f"error[missing-flag] {flag}: ") and len(ran.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "given", "shown"), [("--not-ready-for", "5 minutes", "'5 minutes'"), ("--stall-share", "0", "0.0"),
+                                 ("--load-for", "", "''")],
+)  # fmt: skip
+def test_an_interval_or_threshold_prometheus_cannot_take_is_refused_naming_its_flag(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path, flag: str, given: str, shown: str
+) -> None:
+    site_file, creds = site
+    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out",
+              str(tmp_path / "out"), flag, given)  # fmt: skip
+    assert ran.returncode == 2 and ran.stderr.startswith(f"error[alert-option] {flag}: {shown} is not")
+    assert not (tmp_path / "out").exists()

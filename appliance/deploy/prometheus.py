@@ -12,9 +12,10 @@ console's KV alert (KV_ALERT), the boot-slow factor (SLOW_FACTOR), the superviso
 
 from __future__ import annotations
 
+import re
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -30,6 +31,8 @@ from appliance.runtime.boot_record import SLOW_FACTOR
 __all__ = ["AlertOptions", "Appliance", "PrometheusFiles", "render_prometheus"]
 
 RULES_FILE = "tt-appliance-rules.yml"
+_DURATION = re.compile(r"(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
+"""Prometheus's duration syntax (model.ParseDuration): units from years to milliseconds, largest first."""
 
 
 class Appliance(Protocol):
@@ -82,6 +85,7 @@ def render_prometheus(
 ) -> PrometheusFiles:
     """The scrape config and alert rules of one site; ConfigError naming the entry (of the file `source`) or the
     credentials file otherwise."""
+    _check(options)
     groups: dict[tuple[str, str, str, str | None], list[dict[str, Any]]] = {}
     for entry in entries:
         url = urlsplit(entry.url)
@@ -104,6 +108,18 @@ def render_prometheus(
     }
     head = f"# Rendered by `appliance render prometheus` for site {site}; tokens are read from files, never held.\n"
     return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": [_rules(site, options)]}))
+
+
+def _check(options: AlertOptions) -> None:
+    """Every duration in Prometheus's syntax and every threshold above 0, else ConfigError naming the flag."""
+    for item in fields(options):
+        given = getattr(options, item.name)
+        wrong = not _DURATION.fullmatch(given) if isinstance(given, str) else given <= 0
+        if wrong:
+            kind = "a Prometheus duration such as 30s, 5m or 1h" if isinstance(given, str) else "a number above 0"
+            flag = f"--{item.name.replace('_', '-')}"
+            fix = f"Pass {flag} {item.default}"
+            raise ConfigError((Problem("alert-option", flag, f"{given!r} is not {kind}", fix),))
 
 
 def _credentials(directory: Path, name: str) -> Path:
