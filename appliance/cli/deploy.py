@@ -15,7 +15,7 @@ from appliance import __version__
 from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ConfigError, Problem
+from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host import discover_host
 from appliance.plan import build_plan
 
@@ -132,6 +132,8 @@ def _render_watch(args: argparse.Namespace) -> int:
         raise _missing("--site-file", f"render {args.kind} watches the appliances a site file lists")
     site, entries = args.job or args.site_file.stem, load_site_file(args.site_file)
     if args.kind == "grafana":
+        if sys.version_info < (3, 11):
+            raise LaunchError("render grafana needs Python 3.11 or newer (Grafana's foundation SDK does)")
         from appliance.deploy.grafana import render_grafana
 
         return _emit(args.out, {f"tt-appliance-{site}.json": render_grafana(site)})
