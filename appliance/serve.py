@@ -27,6 +27,8 @@ from appliance.host import HostFacts, device_lock_name
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
 from appliance.resources import build_dir
+from appliance.rollout.generation import Journal, journal_path
+from appliance.rollout.runner import Planner, Upgrader
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.notify import lifecycle_notifier
 from appliance.runtime.supervisor import EngineSupervisor
@@ -36,6 +38,7 @@ __all__ = [
     "SECRETS_DIR_ENV",
     "ControlToken",
     "EmbeddedServer",
+    "Generations",
     "bind_control_socket",
     "control_token",
     "ensure_model",
@@ -195,15 +198,33 @@ def bind_control_socket(plan: LaunchPlan) -> socket.socket:
     return sock
 
 
-async def run_service(plan: LaunchPlan, token: str, control: socket.socket, checks: Sequence[CheckResult] = ()) -> int:
+@dataclass(frozen=True, slots=True)
+class Generations:
+    """What an upgrade needs from `serve`: the journal it resumed and how it judges a generation's overrides."""
+
+    journal: Journal
+    judge: Planner
+
+
+async def run_service(
+    plan: LaunchPlan,
+    token: str,
+    control: socket.socket,
+    checks: Sequence[CheckResult] = (),
+    generations: Generations | None = None,
+) -> int:
     """Supervise the engine and serve the control API until stopped; return the exit code."""
     engine_log = EngineLog(Path(plan.log_dir))
     sup = EngineSupervisor(plan, engine_log)
+    upgrader = None
+    if generations is not None:
+        path = journal_path(plan.state_dir, plan.control.port)
+        upgrader = Upgrader(sup, generations.journal, path, generations.judge)
     notifier = lifecycle_notifier(os.environ)
     if notifier is not None:
         sup.subscribe(notifier.on_event)
     config = uvicorn.Config(
-        create_app(sup, token, checks),
+        create_app(sup, token, checks, upgrades=upgrader),
         host=plan.control.host,
         port=plan.control.port,
         log_level="warning",
@@ -226,6 +247,8 @@ async def run_service(plan: LaunchPlan, token: str, control: socket.socket, chec
     try:
         await sup.run()
     finally:
+        if upgrader is not None:
+            await upgrader.stop()
         for sig in _EXIT_FOR_SIGNAL:
             loop.remove_signal_handler(sig)
         server.should_exit = True

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "boot and supervise the engine with the control API"),
     "status": ("serve", "print the state of a running appliance"),
     "drain": ("serve", "drain a running appliance: out of rotation, in-flight requests finish"),
+    "upgrade": ("upgrade", "upgrade a running appliance in place behind gates; rolled back if one fails"),
     "console": ("console", "live operator console (Textual) for one appliance or a site"),
     "build": ("deploy", "build an engine environment from its pins, then write its manifest"),
     "manifest": ("deploy", "the engine environment: pins vs installed, config hash, host"),

@@ -21,14 +21,17 @@ if TYPE_CHECKING:
     from appliance.control.client import Target
     from appliance.control.documents import BootDocument, StateDocument
     from appliance.observe.metrics_window import LoadSummary
+    from appliance.rollout.generation import Journal
+    from appliance.rollout.runner import Planned, Planner
 
-__all__ = ["control_token", "register"]
+__all__ = ["control_token", "generation_lines", "register"]
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from appliance.serve import (
+        Generations,
         bind_control_socket,
         control_token,
         ensure_model,
@@ -43,8 +46,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if slots.wanted(args):
         return slots.serve_slots(args)
     host = discover_host()
-    validated = validated_for(args, load_matrix(), args.probe)
-    plan = build_plan(validated)
+    planned = _planned(args, tuple(args.overrides))
+    journal = _resumed_journal(args, planned.plan)
+    if journal.current.overrides != tuple(args.overrides):
+        planned = _planned(args, journal.current.overrides)  # an upgrade passed: serve its generation
+    validated, plan = planned.validated, planned.plan
     _announce(plan, validated.family.description)
     preflight(plan, host)
     checks = check.host_checks_for_serve(validated, plan, host)
@@ -57,7 +63,51 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
         out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
         out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
-        return asyncio.run(run_service(plan, token.value, control, checks))
+        return asyncio.run(run_service(plan, token.value, control, checks, Generations(journal, _judge(args))))
+
+
+def _planned(args: argparse.Namespace, overrides: tuple[str, ...]) -> Planned:
+    """A generation's full override list -> its validated plan, the way `serve` judges its command line."""
+    from appliance.rollout.runner import Planned
+
+    validated = validated_for(argparse.Namespace(**{**vars(args), "overrides": list(overrides)}), load_matrix(),
+                              args.probe)  # fmt: skip
+    return Planned(validated, build_plan(validated))
+
+
+def _judge(args: argparse.Namespace) -> Planner:
+    """How the serving appliance judges an upgrade's generation before anything changes: validated, its model
+    built, and (unless `serve --no-probe`) the engine's own config code asked in the new environment."""
+    from appliance.serve import ensure_model
+
+    def judge(overrides: tuple[str, ...]) -> Planned:
+        planned = _planned(args, overrides)
+        ensure_model(planned.plan)
+        if args.probe:
+            engine_accepts(planned.plan)
+        return planned
+
+    return judge
+
+
+def _resumed_journal(args: argparse.Namespace, plan: LaunchPlan) -> Journal:
+    """The generations journal of this appliance (its control port's), with an upgrade cut off by a stop marked."""
+    import time
+
+    from appliance.control.upgrade_documents import GenerationDocument
+    from appliance.rollout.generation import journal_path, read_journal, resume
+
+    site_dir = str(args.site_dir) if args.site_dir else None
+    first = GenerationDocument(plan.config_hash, tuple(args.overrides), plan.python, time.time())
+    journal = resume(read_journal(journal_path(plan.state_dir, plan.control.port)), tuple(args.overrides), site_dir,
+                     first)  # fmt: skip
+    last = journal.last
+    if last is not None and last.outcome != "passed":
+        err.print(f"last upgrade {last.old.id} -> {last.new.id} {last.outcome}: {last.reason}", markup=False)
+    if journal.current.id != first.id:
+        err.print(f"serving generation {journal.current.id}, upgraded from {first.id} (`appliance status`)",
+                  markup=False)  # fmt: skip
+    return journal
 
 
 def _announce(plan: LaunchPlan, description: str) -> None:
@@ -105,6 +155,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
         if state.boot is not None:
             out.print(_boot_line(state.boot), markup=False)
+        for line in generation_lines(state):
+            out.print(line, markup=False)
         if state.quarantined:
             out.print("quarantined: the device fault came back after a board reset; the host needs hands", markup=False)
         if state.last_error:
@@ -131,6 +183,22 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         raise EngineError(f"{args.url}: still {state} after {args.wait:.0f}s")
     out.print(f"engine {state}", markup=False)
     return 0
+
+
+def generation_lines(state: StateDocument) -> list[str]:
+    """The generation serving, and the upgrade under way (its step, its gates so far) or how the last one ended."""
+    if state.generation is None:
+        return []
+    previous = state.previous_generation
+    lines = [f"generation {state.generation.id}" + (f" (previous {previous.id})" if previous else "")]
+    upgrade = state.upgrade
+    if upgrade is None:
+        return lines
+    if upgrade.outcome == "running":
+        lines.append(f"upgrading {upgrade.old.id} -> {upgrade.new.id}: step {upgrade.step}")
+    elif upgrade.outcome != "passed" or upgrade.new.id != state.generation.id:
+        lines.append(f"last upgrade {upgrade.old.id} -> {upgrade.new.id} {upgrade.outcome}: {upgrade.reason}")
+    return lines + [f"  {gate.render()}" for gate in upgrade.gates if upgrade.outcome == "running"]
 
 
 def _boot_line(boot: BootDocument) -> str:

@@ -40,7 +40,8 @@ from appliance.control.documents import (
 )
 from appliance.control.load import LoadTracker
 from appliance.control.metrics import ApplianceMetrics
-from appliance.control.sources import EngineMetrics, Sources, Supervised
+from appliance.control.sources import EngineMetrics, Sources, Supervised, Upgrades
+from appliance.control.upgrade_route import upgrade_handler, with_generations
 from appliance.control.versions import versioned
 from appliance.host import HostFacts
 from appliance.observe.host_usage import HostUsage, UsageSampler
@@ -120,7 +121,11 @@ def _guard(token: str) -> Callable[[Handler], Handler]:
 
 
 def create_app(
-    sup: Supervised, token: str, checks: Sequence[CheckResult] = (), sources: Sources | None = None
+    sup: Supervised,
+    token: str,
+    checks: Sequence[CheckResult] = (),
+    sources: Sources | None = None,
+    upgrades: Upgrades | None = None,
 ) -> Starlette:
     """The ASGI app for one supervised engine; `checks` are the preflight results serve ran."""
     sources = sources or Sources()
@@ -137,12 +142,15 @@ def create_app(
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        # For load balancers (no token): 503 the moment a drain, restart or stop begins.
+        # For load balancers (no token): 503 the moment a drain, restart, stop or upgrade begins.
         state = sup.snapshot().state
-        return PlainTextResponse(state.value, status_code=200 if state is EngineState.READY else 503)
+        held = upgrades is not None and not upgrades.in_rotation()
+        ready = state is EngineState.READY and not held
+        return PlainTextResponse("upgrading" if held else state.value, status_code=200 if ready else 503)
 
     def state_now() -> StateDocument:
-        return replace(state_document(sup.snapshot(), sup.plan), capabilities=capabilities.document())
+        document = replace(state_document(sup.snapshot(), sup.plan), capabilities=capabilities.document())
+        return with_generations(document, upgrades)
 
     def host_now() -> HostDocument:
         return host_document(sources.host(), usage(sup.snapshot().pid))
@@ -216,6 +224,7 @@ def create_app(
             Route("/logs", guarded(logs)),
             Route("/drain", guarded(action("drain")), methods=["POST"]),
             Route("/restart", guarded(action("restart")), methods=["POST"]),
+            Route("/upgrade", guarded(upgrade_handler(upgrades)), methods=["POST"]),
         ]
     )
 

@@ -25,12 +25,15 @@ class CapabilityView:
 
     def __init__(self, sup: Supervised) -> None:
         self._sup = sup
+        self._plan = sup.plan
         self._requested = requested(sup.plan)
         self._ready_at: float | None = None
         self._with_page = False
         self._effective: Capabilities | None = None
 
     def document(self, metrics_page: str | None = None) -> CapabilitiesDocument:
+        if self._sup.plan is not self._plan:  # an upgrade switched the plan: judge against the new one
+            self._plan, self._requested = self._sup.plan, requested(self._sup.plan)
         ready_at = next((e.at for e in reversed(self._sup.snapshot().events) if e.state is EngineState.READY), None)
         fresher = ready_at != self._ready_at or (metrics_page is not None and not self._with_page)
         if ready_at is not None and fresher:

@@ -36,6 +36,7 @@ from appliance.control.documents import (
     parse,
 )
 from appliance.control.tls import client_context
+from appliance.control.upgrade_documents import UpgradeDocument
 from appliance.errors import ApiError
 
 __all__ = ["Action", "ApiError", "ControlClient", "SyncControlClient", "Target", "expand_slots", "slot_target"]
@@ -182,15 +183,15 @@ class SyncControlClient:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def request(self, method: str, path: str, failed: str = _UNREACHABLE) -> httpx.Response:
+    def request(self, method: str, path: str, failed: str = _UNREACHABLE, body: object = None) -> httpx.Response:
         """The raw answer to any request (tests of the API itself read status codes and pages)."""
         try:
-            return self._http.request(method, f"{self.target.url}{path}", headers=_headers(self.target))
+            return self._http.request(method, f"{self.target.url}{path}", headers=_headers(self.target), json=body)
         except httpx.HTTPError as err:
             raise ApiError(self.target.name, f"{failed}{_reason(err)}{_tls_hint(self.target, err)}") from None
 
-    def _reply(self, method: str, path: str, failed: str = _UNREACHABLE) -> _Reply:
-        reply = self.request(method, path, failed)
+    def _reply(self, method: str, path: str, failed: str = _UNREACHABLE, body: object = None) -> _Reply:
+        reply = self.request(method, path, failed, body)
         return _Reply(reply.status_code, reply.request.url.path, reply.content)  # it polls nothing: no ETag kept
 
     def state(self) -> StateDocument:
@@ -213,6 +214,15 @@ class SyncControlClient:
 
     def act(self, action: Action) -> str:
         return _accepted(self.target, action, self._reply("POST", f"/{action}", failed=f"{action} not sent, "))
+
+    def upgrade(self, overrides: Sequence[str], gates: Mapping[str, object], *, check: bool) -> UpgradeDocument:
+        """POST /upgrade: the upgrade the appliance judged and (unless `check`) started; ApiError with its one-line
+        refusal otherwise."""
+        body = {"overrides": list(overrides), "gates": dict(gates), "check": check}
+        reply = self._reply("POST", "/upgrade", failed="upgrade not sent, ", body=body)
+        if reply.status not in (200, 202):
+            raise ApiError(self.target.name, f"upgrade refused, {_refusal(reply)}", reply.status)
+        return _parse(self.target, UpgradeDocument, reply)
 
 
 @dataclass(frozen=True, slots=True)

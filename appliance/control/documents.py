@@ -19,6 +19,8 @@ from typing import Annotated, Any, TypeVar, cast
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
+
 __all__ = [
     "E2E",
     "ITL",
@@ -155,6 +157,12 @@ class StateDocument:
     boot: BootDocument | None = None
     """The boot under way, against this config's record on this host."""
     capabilities: CapabilitiesDocument | None = None
+    generation: GenerationDocument | None = None
+    """The generation serving (None: an appliance that keeps no journal, e.g. a slot)."""
+    previous_generation: GenerationDocument | None = None
+    """What a rollback of the last passed upgrade returns to."""
+    upgrade: UpgradeDocument | None = None
+    """The upgrade under way, or the last one with how it ended."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
 
+from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
 from appliance.host import HostFacts, discover_host
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.supervisor import Command, Listener, SupervisorSnapshot
 
-__all__ = ["EngineMetrics", "Sources", "Supervised"]
+__all__ = ["EngineMetrics", "Sources", "Supervised", "Upgrades"]
 
 
 class Supervised(Protocol):
@@ -38,6 +39,20 @@ class Supervised(Protocol):
     def subscribe(self, listener: Listener) -> Callable[[], None]: ...
 
     def request(self, command: Command) -> None: ...
+
+
+class Upgrades(Protocol):
+    """What the API needs of the upgrade runner (appliance.rollout.runner.Upgrader is one)."""
+
+    def in_rotation(self) -> bool: ...
+
+    def generations(self) -> tuple[GenerationDocument, GenerationDocument | None, UpgradeDocument | None]:
+        """The current generation, the previous one and the last upgrade."""
+        ...
+
+    async def start(self, overrides: tuple[str, ...], gates: Mapping[str, object], check: bool) -> UpgradeDocument:
+        """Judge the generation `overrides` compose to and, unless `check`, start upgrading to it."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

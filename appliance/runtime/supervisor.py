@@ -104,7 +104,9 @@ class EngineSupervisor:
         self._listeners: list[Listener] = []
         self._spawn = spawn
         self._clock = clock
-        self._env = engine_environment(plan, os.environ if environ is None else environ)
+        self._environ = os.environ if environ is None else environ
+        self._env = engine_environment(plan, self._environ)
+        self._next_plan: LaunchPlan | None = None
         self._commands: asyncio.Queue[Command] = asyncio.Queue()
         self._pending: asyncio.Task[Command] | None = None
         self._crashes = 0
@@ -113,12 +115,20 @@ class EngineSupervisor:
         self._faulted = asyncio.Event()
         self._drained = asyncio.Event()
         self._resets = 0
-        self._boot = BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
+        self._boot = self._boot_clock(plan)
         self._listeners.append(self._boot.on_event)
 
     def request(self, command: Command) -> None:
         """Ask the run loop to drain, restart or stop; safe to call from signal handlers."""
         self._commands.put_nowait(command)
+
+    def switch(self, plan: LaunchPlan) -> None:
+        """Drain the engine and boot `plan` in its place (an upgrade, or its rollback); the control API stays up.
+
+        The caller has taken the appliance out of rotation, so the drain does not wait `deregister_s` again.
+        """
+        self._next_plan = plan
+        self.request("restart")
 
     def snapshot(self) -> SupervisorSnapshot:
         """The lifecycle as it is now, frozen."""
@@ -159,7 +169,20 @@ class EngineSupervisor:
         for listener in tuple(self._listeners):  # a listener may unsubscribe itself
             listener(event)
 
+    def _boot_clock(self, plan: LaunchPlan) -> BootClock:
+        return BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
+
+    def _adopt_next_plan(self) -> None:
+        plan, self._next_plan = self._next_plan, None
+        if plan is None:
+            return
+        clock = self._boot_clock(plan)
+        self._listeners[self._listeners.index(self._boot.on_event)] = clock.on_event
+        self.plan, self._boot, self._env = plan, clock, engine_environment(plan, self._environ)
+        self._crashes = 0
+
     async def _attempt(self) -> str:
+        self._adopt_next_plan()
         self._change(_S.STARTING, "spawning the engine")
         self._fault = None
         self._faulted.clear()
@@ -172,7 +195,7 @@ class EngineSupervisor:
         if outcome in ("drain", "restart", "stop"):
             was_ready = self._state is _S.READY
             self._change(_S.DRAINING, f"{outcome} requested")
-            if was_ready:  # readiness is 503 from now: let balancers notice before the engine stops accepting
+            if was_ready and self._next_plan is None:  # readiness is 503 from now: let balancers notice first
                 await asyncio.wait({exited}, timeout=self.plan.supervisor.deregister_s)
             await self._stop(proc, graceful=True)
         else:  # exited too: whatever is left of its group is orphaned
