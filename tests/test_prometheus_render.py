@@ -164,8 +164,8 @@ def test_the_dashboard_is_grafanas_own_model_with_a_panel_per_question(cli: Cli,
         ("{name: lab-01, url: 'http://10.0.4.21', token_env: LAB_TOKEN}", 0o600,
          "lab.yaml:lab-01.url: http://10.0.4.21 has no control port"),
         ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: OTHER_TOKEN}", 0o600, "OTHER_TOKEN: cannot read it"),
-        ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}", 0o644, "LAB_TOKEN: mode 0644 lets "
-         "others read the token"),
+        ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}", 0o644, "LAB_TOKEN: mode 0644 opens "
+         "the token to group or others"),
     ],
 )  # fmt: skip
 def test_a_site_file_or_credentials_file_it_cannot_use_is_refused_in_one_line(

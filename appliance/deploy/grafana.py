@@ -23,7 +23,7 @@ def render_grafana(site: str) -> str:
     own, engine = f'job="{site}"', f'job="{site}-engine"'
     panels = [
         _timeline("State per appliance", f"appliance_engine_state{{{own}}} == 1",
-                  "{{appliance}} {{appliance_engine_state}}", 24),
+                  "{{appliance}} {{appliance_engine_state}}"),
         _series("Load: requests running and waiting", "short", (f"appliance_requests_running{{{own}}}",
                 "{{appliance}} running"), (f"appliance_requests_waiting{{{own}}}", "{{appliance}} waiting")),
         _series("KV-cache usage", "percentunit", (f"appliance_kv_cache_usage_ratio{{{own}}}", "{{appliance}}")),
@@ -39,7 +39,7 @@ def render_grafana(site: str) -> str:
         _series("Capabilities the engine runs otherwise than planned", "short",
                 (f"appliance_capability_differs{{{own}}}", "{{appliance}} {{capability}}")),
         _timeline("Generation per appliance", f"appliance_generation_info{{{own}}} == 1",
-                  "{{appliance}} {{generation}}", 24),
+                  "{{appliance}} {{generation}}"),
     ]  # fmt: skip
     built = (
         board.Dashboard(f"TT appliances: {site}")
@@ -84,10 +84,11 @@ def _latency(title: str, buckets: str) -> Any:
     return _series(f"{title} (p50, p95, p99)", "s", *queries)
 
 
-def _timeline(title: str, expr: str, legend: str, width: int) -> Any:
+def _timeline(title: str, expr: str, legend: str) -> Any:
+    """A full-width state timeline: one row per appliance."""
     from grafana_foundation_sdk.builders import statetimeline
 
     return (
-        statetimeline.Panel().title(title).datasource(_datasource()).height(6).span(width)
+        statetimeline.Panel().title(title).datasource(_datasource()).height(6).span(24)
         .with_target(_query(expr, legend, "A"))
     )  # fmt: skip

@@ -130,8 +130,8 @@ def _credentials(directory: Path, name: str) -> Path:
         fix = f"Write the token that {name} holds into {path} (mode 0600)"
         raise ConfigError((Problem("credentials-file", str(path), f"cannot read it: {err.strerror}", fix),)) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError((Problem("credentials-file", str(path), f"mode {stat.S_IMODE(mode):04o} lets others read "
-                                   "the token", f"chmod 600 {path}"),))  # fmt: skip
+        raise ConfigError((Problem("credentials-file", str(path), f"mode {stat.S_IMODE(mode):04o} opens the token "
+                                   "to group or others", f"chmod 600 {path}"),))  # fmt: skip
     return path
 
 
@@ -156,7 +156,11 @@ def _scrape(
 
 def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
     on = f'job="{site}"'
-    return {"name": f"tt-appliance-{site}", "rules": [
+    return {"name": f"tt-appliance-{site}", "rules": [*_lifecycle_alerts(on, o), *_load_alerts(on, o)]}
+
+
+def _lifecycle_alerts(on: str, o: AlertOptions) -> list[dict[str, Any]]:
+    return [
         _alert("ApplianceNotReady", f"appliance_engine_ready{{{on}}} == 0 or up{{{on}}} == 0", o.not_ready_for,
                "warning", "{{ $labels.appliance }} has not been ready for " + o.not_ready_for,
                "Clients get no answers from it. `appliance status` says its state and last error: a drain or "
@@ -172,6 +176,15 @@ def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
                "{{ $labels.appliance }} boot is over " + f"{o.boot_factor:g}x its record",
                "A boot far slower than this config's record on this host: a tensor cache rebuilt every boot, or "
                "device init retrying. Watch the boot phase in `appliance status` and the engine log."),
+        _alert("ApplianceQuarantined", f"appliance_quarantined{{{on}}} == 1", "0m", "critical",
+               "{{ $labels.appliance }} is quarantined: a device fault came back after its reset",
+               "The boards need hands: inspect them with tt-smi, reset or replace them; then a restart (the console, "
+               "or POST /restart) lifts the quarantine."),
+    ]  # fmt: skip
+
+
+def _load_alerts(on: str, o: AlertOptions) -> list[dict[str, Any]]:
+    return [
         _alert("ApplianceDecodeStalls", f"rate(appliance_decode_stall_seconds_total{{{on}}}[{o.rate_window}]) / "
                f"rate(appliance_decode_seconds_total{{{on}}}[{o.rate_window}]) > {o.stall_share}", o.load_for,
                "warning", "{{ $labels.appliance }}: decode stalls take {{ $value | humanizePercentage }} of "
@@ -191,11 +204,7 @@ def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
                "{{ $labels.appliance }} runs {{ $labels.capability }} otherwise than planned",
                "The engine or plugin silently changed what the plan asked for: `appliance status` shows requested "
                "against effective and where the engine said it; plan what the engine can run."),
-        _alert("ApplianceQuarantined", f"appliance_quarantined{{{on}}} == 1", "0m", "critical",
-               "{{ $labels.appliance }} is quarantined: a device fault came back after its reset",
-               "The boards need hands: inspect them with tt-smi, reset or replace them; then a restart (the console, "
-               "or POST /restart) lifts the quarantine."),
-    ]}  # fmt: skip
+    ]  # fmt: skip
 
 
 def _alert(name: str, expr: str, hold: str, severity: str, summary: str, runbook: str) -> dict[str, Any]:
