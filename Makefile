@@ -8,6 +8,9 @@ CPU_ENGINE := .engines/cpu
 TTNN_ENGINE := .engines/ttnn
 # The gateway's balancer (Debian's haproxy); the tests front two appliances with it.
 HAPROXY := /usr/sbin/haproxy
+# Prometheus and promtool (Debian's prometheus): the tests check and unit-test the rendered config and rules with
+# promtool, and scrape a real appliance with Prometheus.
+PROMETHEUS := /usr/bin/prometheus
 # systemd's tools (Debian's systemd): the tests verify the rendered unit and rate its sandbox with them.
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 # checkov, the manifests' policy check (tests/test_k8s_hardening.py), in a venv of its own: its
@@ -26,7 +29,7 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools checkov ansible
+.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools checkov ansible prometheus
 
 setup: $(VENV)/.installed
 
@@ -68,6 +71,11 @@ haproxy: $(HAPROXY)
 $(HAPROXY):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy > /dev/null
 
+prometheus: $(PROMETHEUS)
+
+$(PROMETHEUS):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus > /dev/null
+
 systemd-tools: $(SYSTEMD_ANALYZE)
 
 $(SYSTEMD_ANALYZE):
@@ -83,16 +91,16 @@ PARALLEL := -n 3 --dist worksteal
 
 # CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input
 # test). The engine tier runs serially: its tests pin engines to cores and time boots and drains.
-test: lint engine-cpu engine-ttnn haproxy systemd-tools checkov ansible
+test: lint engine-cpu engine-ttnn haproxy systemd-tools checkov ansible prometheus
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
 
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: setup systemd-tools checkov ansible
+test-fast: setup systemd-tools checkov ansible prometheus
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
 # Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).
-test-engine: setup engine-cpu engine-ttnn haproxy ansible
+test-engine: setup engine-cpu engine-ttnn haproxy ansible prometheus
 	$(BIN)/pytest -m engine
 
 lint: setup

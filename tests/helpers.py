@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +36,13 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 COMPOSING_EXAMPLES = 1000 if PROFILE == "ci" else 20
 DATA = Path(__file__).with_name("data")
 """Recorded real data (engine logs, /metrics pages, sysfs trees) for sources that cannot exist here."""
+
+
+def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Prometheus's promtool (Debian's prometheus package, `make prometheus`) with `args`."""
+    binary = shutil.which("promtool")
+    assert binary, "promtool is missing: `make prometheus` installs Debian's prometheus package"
+    return subprocess.run([binary, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
 def free_ports(count: int) -> tuple[int, ...]:

@@ -128,7 +128,7 @@ def test_upgrade_refuses_bad_input_in_one_line_and_changes_nothing(cli: Cli, tmp
     cases = [
         (("upgrade", "--url", closed, "serving.max_concurrency=8"), 3, "cannot upgrade"),
         (("upgrade", "--url", closed, "--eval-tolerance", "7"), 2, "error[bad-gate] --eval-tolerance"),
-        (("render", "ansible"), 2, "error[site-file] --site-file"),
+        (("render", "ansible"), 2, "error[missing-flag] --site-file"),
         (("render", "ansible", "--site-file", str(tmp_path / "none.yaml")), 2, "cannot read it"),
     ]
     for args, code, said in cases:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from appliance import __version__
 from appliance.cli import slots
 from appliance.cli.common import Command, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ConfigError, Problem
+from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host import discover_host
 from appliance.plan import build_plan
 
@@ -129,22 +130,56 @@ def _render_ansible(args: argparse.Namespace) -> int:
     from appliance.deploy.ansible import render_ansible
 
     if args.site_file is None:
-        fix = "Pass the site file the console reads (name, url, token_env per appliance)"
-        raise ConfigError((Problem("site-file", "--site-file", "render ansible needs the site's appliances", fix),))
-    entries = load_site_file(args.site_file)
-    files = render_ansible(args.site_file.stem, entries, [str(Path(sys.executable).with_name("appliance"))],
-                           args.overrides)  # fmt: skip
-    if args.out is None:
-        out.print(f"# inventory.yml\n{files.inventory}# upgrade.yml\n{files.playbook}", markup=False, end="")
-        return 0
-    for path in files.write(args.out):
-        out.print(f"wrote {path}", markup=False)
+        raise _missing("--site-file", "render ansible upgrades the appliances a site file lists")
+    appliance = [str(Path(sys.executable).with_name("appliance"))]
+    files = render_ansible(args.site_file.stem, load_site_file(args.site_file), appliance, args.overrides)
+    return _emit(args.out, {"inventory.yml": files.inventory, "upgrade.yml": files.playbook})
+
+
+def _render_watch(args: argparse.Namespace) -> int:
+    """render prometheus / grafana: a site's scrape config and alert rules, or its dashboard."""
+    from appliance.control.site_file import load_site_file
+
+    if args.site_file is None:
+        raise _missing("--site-file", f"render {args.kind} watches the appliances a site file lists")
+    site, entries = args.job or args.site_file.stem, load_site_file(args.site_file)
+    if args.kind == "grafana":
+        if sys.version_info < (3, 11):
+            raise LaunchError("render grafana needs Python 3.11 or newer (Grafana's foundation SDK does)")
+        from appliance.deploy.grafana import render_grafana
+
+        return _emit(args.out, {f"tt-appliance-{site}.json": render_grafana(site)})
+    from appliance.deploy.prometheus import RULES_FILE, AlertOptions, render_prometheus
+
+    if args.credentials_dir is None:
+        raise _missing("--credentials-dir", "Prometheus reads each appliance's token from a file named after its "
+                       "token_env there (mode 0600)")  # fmt: skip
+    options = AlertOptions(**{f.name: getattr(args, f.name) for f in fields(AlertOptions)})
+    files = render_prometheus(site, entries, args.credentials_dir, options, str(args.site_file))
+    return _emit(args.out, {"prometheus.yml": files.config, RULES_FILE: files.rules})
+
+
+def _missing(flag: str, why: str) -> ConfigError:
+    return ConfigError((Problem("missing-flag", flag, f"{why}: none given", f"Pass {flag}"),))
+
+
+def _emit(directory: Path | None, files: dict[str, str]) -> int:
+    """Print the files one after the other, or write them into `directory`."""
+    for name, text in files.items():
+        if directory is None:
+            out.print(f"# {name}\n{text}" if len(files) > 1 else text, markup=False, end="")
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+        out.print(f"wrote {directory / name}", markup=False)
     return 0
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
     if args.kind == "ansible":
         return _render_ansible(args)
+    if args.kind in ("prometheus", "grafana"):
+        return _render_watch(args)
     if args.kind == "systemd":
         from appliance.deploy.systemd import with_unit_paths
 
@@ -182,6 +217,18 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch_arguments(render: argparse.ArgumentParser) -> None:
+    from appliance.deploy.prometheus import AlertOptions
+
+    render.add_argument("--site-file", type=Path, help="ansible, prometheus, grafana: the site's appliances (YAML)")
+    render.add_argument("--job", help="prometheus, grafana: the site's job name (default: the site file's name)")
+    render.add_argument("--credentials-dir", type=Path, help="prometheus: a file per token_env holding its token")
+    for item in fields(AlertOptions):
+        default = item.default
+        render.add_argument(f"--{item.name.replace('_', '-')}", type=type(default), default=default,
+                            help=f"prometheus: {item.metadata['help']} (default {default})")  # fmt: skip
+
+
 def register(command: Command) -> None:
     """build, manifest, render and sites: engine environments and fleet deployment."""
     build = command("build", _cmd_build)
@@ -190,8 +237,7 @@ def register(command: Command) -> None:
     manifest = command("manifest", _cmd_manifest)
     manifest.add_argument("--json", action="store_true")
     render = command("render", _cmd_render)
-    render.add_argument("kind", choices=("k8s", "systemd", "ansible"))
-    render.add_argument("--site-file", type=Path, help="ansible: the site's appliances (the console's site file)")
+    render.add_argument("kind", choices=("k8s", "systemd", "ansible", "prometheus", "grafana"))
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
     image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
@@ -200,6 +246,7 @@ def register(command: Command) -> None:
                         help="k8s: appliances in the Deployment (1-64), rolled one at a time")  # fmt: skip
     render.add_argument("--gates", type=Path, help="k8s: a gate file; each new pod is ready only once it passed "
                         "these gates (`serve --gates`, README, Upgrades)")  # fmt: skip
+    _watch_arguments(render)
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")

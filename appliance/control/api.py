@@ -10,14 +10,11 @@ and answer 304 to a client that already holds that version (`appliance.control.v
 from __future__ import annotations
 
 import hmac
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info
-from prometheus_client import Enum as EnumMetric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -42,6 +39,7 @@ from appliance.control.documents import (
     validate,
 )
 from appliance.control.load import LoadTracker
+from appliance.control.metrics import ApplianceMetrics
 from appliance.control.sources import EngineMetrics, Sources, Supervised, Upgrades
 from appliance.control.upgrade_route import upgrade_handler, with_generations
 from appliance.control.versions import versioned
@@ -57,7 +55,6 @@ __all__ = ["checks_document", "create_app", "create_slots_app", "host_document",
 Handler = Callable[[Request], Awaitable[Response]]
 _MAX_TAIL = 10_000
 _STATE_EVENTS = 50  # the latest lifecycle changes /state carries
-_BOOT = (EngineState.STARTING, EngineState.LOADING, EngineState.WARMING)
 
 
 def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocument:
@@ -108,39 +105,6 @@ def _json(document: object, status_code: int = 200) -> Response:
     return Response(render(document), status_code=status_code, media_type="application/json")
 
 
-class _Metrics:
-    """The appliance's own Prometheus metrics, in a registry of its own (no global state)."""
-
-    def __init__(self, sup: Supervised) -> None:
-        self.registry = CollectorRegistry()
-        self._state = EnumMetric(
-            "appliance_engine_state", "Engine lifecycle state", states=[s.value for s in EngineState],
-            registry=self.registry,
-        )  # fmt: skip
-        self._ready = Gauge("appliance_engine_ready", "1 when the engine is ready", registry=self.registry)
-        self._restarts = Counter("appliance_engine_restarts", "Crash restarts", registry=self.registry)
-        self._phase = Gauge(
-            "appliance_boot_phase_seconds", "Duration of the last boot's phases", ["phase"], registry=self.registry
-        )
-        info = Info("appliance_config", "The running config", registry=self.registry)
-        plan = sup.plan
-        info.info({"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
-                   "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
-        self._state.state(sup.snapshot().state.value)
-        self._entered = time.monotonic()
-        sup.subscribe(self.on_event)
-
-    def on_event(self, event: EngineEvent) -> None:
-        now = time.monotonic()
-        if event.previous in _BOOT:
-            self._phase.labels(event.previous.value).set(now - self._entered)
-        self._entered = now
-        self._state.state(event.state.value)
-        self._ready.set(1 if event.state is EngineState.READY else 0)
-        if event.state is EngineState.RESTARTING and event.previous is not EngineState.FAILED:
-            self._restarts.inc()
-
-
 def _guard(token: str) -> Callable[[Handler], Handler]:
     expected = token.encode()
 
@@ -165,10 +129,10 @@ def create_app(
 ) -> Starlette:
     """The ASGI app for one supervised engine; `checks` are the preflight results serve ran."""
     sources = sources or Sources()
-    metrics = _Metrics(sup)
     engine = EngineMetrics(sup.plan.base_url, sources.engine)
     capabilities = CapabilityView(sup)
     load = LoadTracker(sup, engine, sources.clock, capabilities, sources.share_s)
+    metrics = ApplianceMetrics(sup, load, capabilities)
     usage = sources.usage or UsageSampler().read
     checks_now = checks_document(checks) if checks else None  # the preflight ran before serve: it never changes
     checks_body = b"" if checks_now is None else render(checks_now)
@@ -205,7 +169,7 @@ def create_app(
         return versioned(request, render(LiveDocument(state_now(), now, host_now(), checks_now)))
 
     async def prometheus(_: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(await metrics.page(), media_type=CONTENT_TYPE_LATEST)
 
     async def host(request: Request) -> Response:
         return versioned(request, render(host_now()))

@@ -47,6 +47,11 @@ class CapabilityView:
             differences=tuple(p.message for p in found),
         )
 
+    def differing(self) -> tuple[str, ...]:
+        """The capabilities (and engine.env variables) the engine runs otherwise than the plan, as of the latest
+        `document()`."""
+        return () if self._effective is None else tuple(p.key for p in differences(self._requested, self._effective))
+
 
 def _values(caps: Capabilities) -> dict[str, object]:
     return {

@@ -22,8 +22,8 @@ from appliance.control.documents import LoadDocument, SchedulerDocument, Summary
 from appliance.control.sources import EngineMetrics, Supervised
 from appliance.observe.alerts import alerts
 from appliance.observe.engine_metrics import parse_metrics
-from appliance.observe.metrics_window import FAMILIES, LoadSummary, MetricsWindow
-from appliance.observe.scheduler_log import SchedulerLog
+from appliance.observe.metrics_window import FAMILIES, TPOT, TTFT, LoadSummary, MetricsWindow
+from appliance.observe.scheduler_log import DecodeStalls, SchedulerLog
 from appliance.runtime.supervisor import SupervisorSnapshot
 
 __all__ = ["LoadTracker"]
@@ -74,6 +74,17 @@ class LoadTracker:
             scheduler=validate(SchedulerDocument, self._scheduler.view()),
             alerts=found,
         )
+
+    def stalls(self) -> DecodeStalls:
+        """Decode stalls counted in the engine log read so far."""
+        return self._scheduler.stalls()
+
+    def goodput(self, slo_ttft_s: float, slo_tpot_s: float) -> dict[str, float]:
+        """Per SLO ("ttft", "tpot"), the share of the window's requests within it; an SLO no request was measured
+        against is left out."""
+        window = self._window
+        shares = {"ttft": window.share_within(TTFT, slo_ttft_s), "tpot": window.share_within(TPOT, slo_tpot_s)}
+        return {slo: share for slo, share in shares.items() if share is not None}
 
     async def _shared(self) -> _Scrape:
         # Real time, not `clock`: that one stamps samples (and a recorded engine's moves per page).

@@ -19,13 +19,12 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import yaml
 
-__all__ = ["AnsibleFiles", "render_ansible"]
+__all__ = ["AnsibleFiles", "SiteEntry", "render_ansible"]
 
 _GROUP = re.compile(r"[^A-Za-z0-9_]")
 _READY_RETRIES, _READY_DELAY_S = 120, 5  # how long a rolled-back host may take to serve again: 10 minutes
@@ -48,13 +47,6 @@ class SiteEntry(Protocol):
 class AnsibleFiles:
     inventory: str
     playbook: str
-
-    def write(self, directory: Path) -> tuple[Path, Path]:
-        directory.mkdir(parents=True, exist_ok=True)
-        inventory, playbook = directory / "inventory.yml", directory / "upgrade.yml"
-        inventory.write_text(self.inventory)
-        playbook.write_text(self.playbook)
-        return inventory, playbook
 
 
 def render_ansible(site: str, entries: Sequence[SiteEntry], appliance: Sequence[str],

@@ -16,11 +16,15 @@ from itertools import pairwise
 
 from appliance.observe.engine_metrics import KV_USAGE, EngineSample, Histogram
 
-__all__ = ["FAMILIES", "LoadSummary", "MetricsWindow", "Percentiles", "StepStats", "quantile", "summarize"]
+__all__ = [
+    "FAMILIES", "TPOT", "TTFT", "LoadSummary", "MetricsWindow", "Percentiles", "StepStats", "quantile", "share_within",
+    "summarize",
+]  # fmt: skip
 
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
+TPOT = "vllm:request_time_per_output_token_seconds"
 STEP_TOKENS = "vllm:iteration_tokens_total"
 PROMPT = "vllm:prompt_tokens"
 PROMPT_COMPUTED = "vllm:prompt_tokens_by_source{source=local_compute}"
@@ -31,7 +35,7 @@ _WATCHED = (RUNNING, WAITING, KV_USAGE, PROMPT, GENERATION, TTFT, ITL, E2E, STEP
 _FAILED = ("vllm:request_success{finished_reason=error}", "vllm:request_success{finished_reason=abort}")
 FAMILIES = frozenset({
     *_WATCHED, "vllm:prompt_tokens_by_source", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
-    "vllm:num_preemptions", "vllm:request_success", "vllm:cache_config_info",
+    "vllm:num_preemptions", "vllm:request_success", "vllm:cache_config_info", TPOT,
 })  # fmt: skip
 """Every family a summary reads: pass it to parse_metrics(keep=...) to parse only those."""
 
@@ -104,6 +108,21 @@ def quantile(hist: Histogram, q: float) -> float | None:
             return lower_bound + (bound - lower_bound) * ((rank - below) / inside if inside else 1.0)
         lower_bound, below = bound, count
     return lower_bound
+
+
+def share_within(hist: Histogram, bound: float) -> float | None:
+    """The share of a (delta) histogram's observations at most `bound` (linear inside a bucket, as
+    `quantile`); None when it holds no observations."""
+    total = hist.cumulative[-1]
+    if total <= 0:
+        return None
+    lower_bound, below = 0.0, 0.0
+    for upper, count in zip(hist.bounds, hist.cumulative, strict=True):
+        if bound < upper:
+            inside = 0.0 if math.isinf(upper) else (bound - lower_bound) / (upper - lower_bound)
+            return (below + (count - below) * max(inside, 0.0)) / total
+        lower_bound, below = upper, count
+    return 1.0
 
 
 def _increase(samples: Sequence[EngineSample], key: str) -> float | None:
@@ -222,3 +241,8 @@ class MetricsWindow:
 
     def summary(self) -> LoadSummary | None:
         return summarize(tuple(self._samples)) if self._samples else None
+
+    def share_within(self, key: str, bound: float) -> float | None:
+        """The share of the window's observations of histogram `key` at most `bound`."""
+        hist = _hist_increase(tuple(self._samples), key) if self._samples else None
+        return None if hist is None else share_within(hist, bound)
