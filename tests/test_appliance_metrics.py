@@ -33,7 +33,7 @@ SERIES = (
     "appliance_decode_seconds_total", "appliance_requests_running", "appliance_requests_waiting",
     "appliance_kv_cache_usage_ratio", "appliance_slo_seconds", "appliance_goodput_ratio", "appliance_config_info",
 )  # fmt: skip
-"""Every series the recorded appliance exports; a new one (appliance_generation_info) is one more name here."""
+"""Every series the recorded appliance exports (the generation series need an upgrader: test_rollout_runner)."""
 
 
 def samples(page: str) -> dict[str, float]:

@@ -28,7 +28,7 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
-from .helpers import fake_plan, wait_for
+from .helpers import fake_plan, promtool, wait_for
 
 SKIP_MODEL_GATES = {"skip": ["eval", "workload"]}
 
@@ -91,7 +91,17 @@ async def test_an_upgrade_that_passes_commits_the_new_generation_and_keeps_the_o
     reply = await post(site, ("new0",))
     assert reply.status_code == 202 and reply.json()["new"]["id"] == new.config_hash
     assert (await site.http.get("/readyz")).status_code == 503  # out of rotation from the first step
+    during = (await site.http.get("/metrics")).text
+    assert f'appliance_generation_info{{generation="{new.config_hash}",role="upgrading"}} 1.0' in during
+    assert "appliance_upgrade_running 1.0" in during
     assert await site.ended() == "passed"
+    after = (await site.http.get("/metrics")).text
+    checked = promtool("check", "metrics", stdin=after)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f'appliance_generation_info{{generation="{new.config_hash}",role="current"}} 1.0' in after
+    assert f'appliance_generation_info{{generation="{old.config_hash}",role="previous"}} 1.0' in after
+    assert "appliance_upgrade_running 0.0" in after and "appliance_upgrade_failed 0.0" in after
+    assert f'config_hash="{new.config_hash}"' in after
     journal = read_journal(site.path)
     assert journal is not None and journal.current.id == new.config_hash and journal.current.since
     assert journal.previous is not None and journal.previous.id == old.config_hash

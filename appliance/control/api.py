@@ -132,7 +132,7 @@ def create_app(
     engine = EngineMetrics(sup.plan.base_url, sources.engine)
     capabilities = CapabilityView(sup)
     load = LoadTracker(sup, engine, sources.clock, capabilities, sources.share_s)
-    metrics = ApplianceMetrics(sup, load, capabilities)
+    metrics = ApplianceMetrics(sup, load, capabilities, upgrades=upgrades)
     usage = sources.usage or UsageSampler().read
     checks_now = checks_document(checks) if checks else None  # the preflight ran before serve: it never changes
     checks_body = b"" if checks_now is None else render(checks_now)

@@ -13,15 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client import Enum as EnumMetric
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from appliance.control.capabilities import CapabilityView
 from appliance.control.documents import LoadDocument, SummaryDocument
 from appliance.control.load import LoadTracker
-from appliance.control.sources import Supervised
+from appliance.control.sources import Supervised, Upgrades
+from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 
 __all__ = ["ApplianceMetrics"]
@@ -33,10 +34,16 @@ class ApplianceMetrics:
     """The appliance's series, in a registry of its own (no global state)."""
 
     def __init__(
-        self, sup: Supervised, load: LoadTracker, capabilities: CapabilityView, clock: Callable[[], float] = time.time
+        self,
+        sup: Supervised,
+        load: LoadTracker,
+        capabilities: CapabilityView,
+        clock: Callable[[], float] = time.time,
+        upgrades: Upgrades | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self._sup, self._load, self._capabilities, self._clock = sup, load, capabilities, clock
+        self._upgrades = upgrades
         self._latest: LoadDocument | None = None
         self._state = EnumMetric(
             "appliance_engine_state", "Engine lifecycle state", states=[s.value for s in EngineState],
@@ -49,10 +56,6 @@ class ApplianceMetrics:
         )
         self._faults = Counter("appliance_faults", "Boots the fault ladder ended, by rule and whether the device "
                                "was at fault", ["rule", "device"], registry=self.registry)  # fmt: skip
-        info = Info("appliance_config", "The running config", registry=self.registry)
-        plan = sup.plan
-        info.info({"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
-                   "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
         snap = sup.snapshot()
         self._state.state(snap.state.value)
         self._ready.set(1 if snap.state is EngineState.READY else 0)
@@ -86,6 +89,13 @@ class ApplianceMetrics:
 
     def collect(self) -> Iterator[Metric]:
         """The series read at scrape time (the registry calls this; it is a prometheus_client Collector)."""
+        plan = self._sup.plan  # read at each scrape: an upgrade switches it
+        config = InfoMetricFamily("appliance_config", "The running config")
+        config.add_metric([], {"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
+                               "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
+        yield config
+        if self._upgrades is not None:
+            yield from _generations(*self._upgrades.generations())
         yield from self._lifecycle()
         yield from self._stalls()
         if self._latest is not None and self._latest.summary is not None:
@@ -146,6 +156,26 @@ class ApplianceMetrics:
         for name, share in self._load.goodput(float(ttft) / 1000, float(itl) / 1000).items():
             shares.add_metric([name], share)
         yield shares
+
+
+def _generations(current: GenerationDocument, previous: GenerationDocument | None,
+                 last: UpgradeDocument | None) -> Iterator[Metric]:  # fmt: skip
+    """The generation serving, the one a rollback returns to and the one an upgrade is trying; whether an upgrade
+    runs, and whether the last one ended otherwise than passed (rolled back, interrupted, its rollback failed)."""
+    roles = {"current": current, "previous": previous}
+    running = last is not None and last.outcome == "running"
+    if last is not None and running:
+        roles["upgrading"] = last.new
+    info = InfoMetricFamily("appliance_generation", "The appliance's generations by role (config hashes)",
+                            labels=["role"])  # fmt: skip
+    for role, generation in roles.items():
+        if generation is not None:
+            info.add_metric([role], {"generation": generation.id})
+    yield info
+    yield _gauge("appliance_upgrade_running", "1 while an upgrade is under way (out of rotation)", float(running))
+    failed = last is not None and last.outcome not in ("running", "passed")
+    yield _gauge("appliance_upgrade_failed", "1 when the last upgrade did not pass (rolled back, interrupted, or its "
+                 "rollback failed)", float(failed))  # fmt: skip
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

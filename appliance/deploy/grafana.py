@@ -38,8 +38,9 @@ def render_grafana(site: str) -> str:
                 (f"increase(appliance_engine_restarts_total{{{own}}}[1h])", "{{appliance}}")),
         _series("Capabilities the engine runs otherwise than planned", "short",
                 (f"appliance_capability_differs{{{own}}}", "{{appliance}} {{capability}}")),
-        _timeline("Generation per appliance", f"appliance_generation_info{{{own}}} == 1",
-                  "{{appliance}} {{generation}}"),
+        _timeline("Generation per appliance",
+                  f'appliance_generation_info{{{own},role=~"current|upgrading"}} == 1',
+                  "{{appliance}} {{role}} {{generation}}"),
     ]  # fmt: skip
     built = (
         board.Dashboard(f"TT appliances: {site}")
