@@ -12,9 +12,9 @@ import pytest
 
 from appliance.cli.upgrade import merged_overrides
 from appliance.control.upgrade_documents import GenerationDocument, StepDocument, UpgradeDocument
-from appliance.errors import ConfigError
+from appliance.errors import ConfigError, LaunchError
 from appliance.resources import build_dir
-from appliance.rollout.environments import environment_dir, pins_hash, prune_environments
+from appliance.rollout.environments import build_environment, environment_dir, pins_hash, prune_environments
 from appliance.rollout.gates import GateSettings, judge, load_gate_file, parse_settings
 from appliance.rollout.generation import Journal, read_journal, resume, write_journal
 
@@ -134,3 +134,21 @@ def test_upgrade_refuses_bad_input_in_one_line_and_changes_nothing(cli: Cli, tmp
     for args, code, said in cases:
         done = cli(*args)
         assert done.returncode == code and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_new_pins_that_cannot_be_installed_fail_in_one_line_and_leave_the_running_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = tmp_path / "build"
+    shutil.copytree(build_dir() / "cpu", recipe / "cpu")
+    (recipe / "cpu" / "requirements.txt").write_text("appliance-unknown-pin==0.0.1\n")
+    (recipe / "cpu" / "requirements.lock").write_text(f"appliance-unknown-pin==0.0.1 --hash=sha256:{'0' * 64}\n")
+    closed = f"http://127.0.0.1:{free_port()}/simple"  # no index answers: the install fails here, offline
+    for variable in ("PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"):
+        monkeypatch.setenv(variable, closed)
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    with pytest.raises(LaunchError) as caught:
+        build_environment(tmp_path / "engines", "cpu", recipe)
+    message = str(caught.value)
+    assert message.startswith(f"building {environment_dir(tmp_path / 'engines', 'cpu', recipe)} from ")
+    assert message.endswith("the running generation is untouched") and "\n" not in message

@@ -2,6 +2,7 @@
 closed-loop client, rolled by a real Ansible (ansible-core, local connection) running `appliance upgrade` on each.
 
 In order, on the same two appliances:
+0. bad input (a plugin state that does not exist, a site file naming an unreachable appliance) changes nothing;
 1. a canary that answers noise (the tiny random-weight model) fails its eval gate on the first appliance, which rolls
    itself back; the roll stops there and the second appliance is never touched;
 2. a real change (a smaller concurrency limit) passes every gate on both, one at a time;
@@ -25,9 +26,11 @@ import pytest
 from appliance.control.documents import StateDocument
 
 from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
+from .helpers import free_port
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 ANSIBLE = ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
+APPLIANCE = str(ROOT / ".venv" / "bin" / "appliance")
 BODY = {"model": "appliance/smollm2-135m-instruct", "prompt": "The capital of France is", "max_tokens": 8}
 GATES = ["--eval-set", str(Path(__file__).parent / "data" / "eval-upgrade-gate.yaml"), "--eval-tolerance", "0.25",
          "--load-duration-s", "4", "--load-requests", "8", "--goodput-tolerance", "0.9",
@@ -59,7 +62,7 @@ def tokens(a: Served, b: Served) -> dict[str, str]:
 
 def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -> subprocess.CompletedProcess[str]:
     """`appliance render ansible`, then ansible-playbook with the change and the gates as `upgrade_args`."""
-    rendered = subprocess.run([str(ROOT / ".venv" / "bin" / "appliance"), "render", "ansible", "--site-file",
+    rendered = subprocess.run([APPLIANCE, "render", "ansible", "--site-file",
                                str(site_file), "--out", str(tmp)], capture_output=True, text=True)  # fmt: skip
     assert rendered.returncode == 0, rendered.stderr
     env = os.environ | tokens(a, b) | {"ANSIBLE_HOME": str(tmp / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
@@ -72,6 +75,26 @@ def generation(served: Served) -> str:
     state = served.state()
     assert state.generation is not None
     return state.generation.id
+
+
+def test_bad_input_is_refused_in_one_line_before_any_appliance_changes(
+    site: tuple[Served, Served, Path, str], tmp_path: Path
+) -> None:
+    a, b, site_file, _ = site
+    before = (a.state().generation, b.state().generation)
+    bad_state = subprocess.run([APPLIANCE, "upgrade", "--url", a.control_url, "--against", "vllm=9.9.9",
+                                "serving.max_concurrency=8"], env=os.environ | {"APPLIANCE_TOKEN": a.token},
+                               capture_output=True, text=True)  # fmt: skip
+    assert bad_state.returncode == 2 and "names no recorded plugin state" in bad_state.stderr, bad_state.stderr
+    assert len(bad_state.stderr.strip().splitlines()) == 1
+    gone = f"http://127.0.0.1:{free_port()}"
+    with_gone = tmp_path / "lab.yaml"
+    with_gone.write_text(site_file.read_text() + f"- {{name: gone, url: {gone}, token_env: A_TOKEN}}\n")
+    ran = roll(with_gone, a, b, tmp_path, "serving.max_concurrency=8")
+    assert ran.returncode != 0 and "cannot upgrade" in ran.stdout, ran.stdout
+    assert "upgrade one appliance at a time" not in ran.stdout  # the roll never started
+    assert (a.state().generation, b.state().generation) == before
+    assert a.state().upgrade is None and b.state().upgrade is None
 
 
 def test_a_canary_that_answers_noise_is_rolled_back_and_the_roll_stops_before_the_next_appliance(
@@ -126,7 +149,7 @@ def test_an_appliance_killed_mid_upgrade_comes_back_on_the_generation_it_served(
 ) -> None:
     a, _, _, _ = site
     served_before = generation(a)
-    cli = subprocess.Popen([str(ROOT / ".venv" / "bin" / "appliance"), "upgrade", "--url", a.control_url,
+    cli = subprocess.Popen([APPLIANCE, "upgrade", "--url", a.control_url,
                             "serving.max_concurrency=4", "--skip", "eval", "--skip", "workload"],
                            env=os.environ | {"APPLIANCE_TOKEN": a.token}, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
