@@ -40,6 +40,7 @@ class Site:
         self.log = EngineLog(tmp_path / "logs")
         self.sup = EngineSupervisor(old, self.log)
         self.plans: dict[tuple[str, ...], LaunchPlan] = {}
+        self.judged: list[tuple[str, ...]] = []
         self.validated = validate(compose_config(["mesh=cpu", "engine=cpu", "model=tiny"]), load_matrix())
         first = GenerationDocument(old.config_hash, ("old",), old.python, 1.0)
         self.path = journal_path(old.state_dir, old.control.port)
@@ -48,6 +49,7 @@ class Site:
                                       base_url="http://appliance", headers={"Authorization": "Bearer t"})  # fmt: skip
 
     def judge(self, overrides: tuple[str, ...], against: str | None) -> Planned:
+        self.judged.append(overrides)
         if overrides not in self.plans:
             raise ConfigError((Problem("bad-override", overrides[0], "is not a config key"),))
         return Planned(self.validated, self.plans[overrides])
@@ -155,13 +157,15 @@ async def test_refusals_change_nothing_and_name_their_reason(site: Site) -> None
     bad_gate = await post(site, ("new0",), {"eval_tolerance": 2})
     assert bad_gate.status_code == 400 and "gates.eval_tolerance" in bad_gate.json()["error"]
     assert (await site.http.post("/upgrade", content=b"{")).json() == {"error": "the body is not JSON"}
-    checked = await post(site, ("new0",), check=True)
-    assert checked.status_code == 200 and checked.json()["new"]["id"] == moved.config_hash
     site.plans[("same",)] = site.sup.plan
     same = await post(site, ("same",))
     assert same.status_code == 200 and same.json()["old"]["id"] == same.json()["new"]["id"]
+    checked = await post(site, ("new0",), check=True)
+    assert checked.status_code == 200 and checked.json()["new"]["id"] == moved.config_hash
     assert site.path.read_text() == before and site.upgrader.in_rotation()
+    judged = len(site.judged)
     assert (await post(site, ("new0",))).status_code == 202
+    assert len(site.judged) == judged  # the check just before stands: the engine is not asked twice
     busy = await post(site, ("new0",))
     assert busy.status_code == 409 and "upgrade-running" in json.loads(busy.text)["error"]
     await site.ended()

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _LOG_SCAN = 5000  # engine lines searched for the new boot's config line (as /state's capabilities read them)
 _IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+_CHECK_KEPT_S = 900.0  # how long a check's verdict stands for the upgrade that follows it
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class Upgrader:
         self._sup, self._journal, self._path, self._judge = sup, journal, path, judge
         self._task: asyncio.Task[None] | None = None
         self._holding = False
+        self._checked: tuple[tuple[tuple[str, ...], str | None], float, Planned] | None = None
         write_journal(path, journal)
 
     @property
@@ -95,7 +97,7 @@ class Upgrader:
         settings = parse_settings(gates, "gates.")
         if self._task is not None and not self._task.done():
             raise _refused("upgrade-running", "an upgrade is already under way", "Wait for it (appliance status)")
-        planned = await asyncio.to_thread(self._judge, overrides, against)
+        planned = await self._judged(overrides, against, check)
         new, current = planned.plan, self._journal.current
         _same_place(self._sup.plan, new)
         generation = GenerationDocument(new.config_hash, overrides, new.python, against=against)
@@ -106,6 +108,16 @@ class Upgrader:
         self._holding = True  # out of rotation from the moment the upgrade is accepted
         self._task = asyncio.create_task(self._run(planned, settings))
         return record
+
+    async def _judged(self, overrides: tuple[str, ...], against: str | None, check: bool) -> Planned:
+        """The judge's verdict; an upgrade right after a check of the same change (Ansible's two plays) reuses it
+        instead of asking the engine's config code again (a minute on a busy host)."""
+        key, checked = (overrides, against), self._checked
+        if not check and checked is not None and checked[0] == key and time.monotonic() - checked[1] < _CHECK_KEPT_S:
+            return checked[2]
+        planned = await asyncio.to_thread(self._judge, overrides, against)
+        self._checked = (key, time.monotonic(), planned) if check else None
+        return planned
 
     async def stop(self) -> None:
         """The appliance is stopping: end an upgrade under way, journaled as interrupted at its step."""
