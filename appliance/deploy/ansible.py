@@ -19,28 +19,17 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
-__all__ = ["AnsibleFiles", "SiteEntry", "render_ansible"]
+from appliance.deploy.site_appliance import Appliance
+
+__all__ = ["AnsibleFiles", "render_ansible"]
 
 _GROUP = re.compile(r"[^A-Za-z0-9_]")
 _READY_RETRIES, _READY_DELAY_S = 120, 5  # how long a rolled-back host may take to serve again: 10 minutes
-
-
-class SiteEntry(Protocol):
-    """One appliance of a site file (`appliance.control.site_file.SiteEntry` is one)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def url(self) -> str: ...
-    @property
-    def token_env(self) -> str: ...
-    @property
-    def ca_file(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +38,7 @@ class AnsibleFiles:
     playbook: str
 
 
-def render_ansible(site: str, entries: Sequence[SiteEntry], appliance: Sequence[str],
+def render_ansible(site: str, entries: Sequence[Appliance], appliance: Sequence[str],
                    upgrade_args: Sequence[str]) -> AnsibleFiles:  # fmt: skip
     """The inventory of `entries` (group `site`) and the two-play upgrade playbook; `appliance` is the command that
     runs `appliance` on the hosts."""
@@ -61,7 +50,7 @@ def render_ansible(site: str, entries: Sequence[SiteEntry], appliance: Sequence[
     return AnsibleFiles(_dump(inventory), _dump(playbook))
 
 
-def _host_vars(entry: SiteEntry) -> dict[str, Any]:
+def _host_vars(entry: Appliance) -> dict[str, Any]:
     host = urlsplit(entry.url).hostname or ""
     url = entry.url.rstrip("/")
     target = ["--url", url, "--token-env", entry.token_env, *(["--ca-file", entry.ca_file] if entry.ca_file else [])]

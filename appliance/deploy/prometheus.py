@@ -17,35 +17,23 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
 from appliance.config.schema import SupervisorConfig
+from appliance.deploy.site_appliance import Appliance
 from appliance.errors import ConfigError, Problem
 from appliance.observe.alerts import KV_ALERT
 from appliance.preflight.workload_fit import INTERRUPT_WARN
 from appliance.runtime.boot_record import SLOW_FACTOR
 
-__all__ = ["AlertOptions", "Appliance", "PrometheusFiles", "render_prometheus"]
+__all__ = ["AlertOptions", "PrometheusFiles", "render_prometheus"]
 
 RULES_FILE = "tt-appliance-rules.yml"
 _DURATION = re.compile(r"(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
 """Prometheus's duration syntax (model.ParseDuration): units from years to milliseconds, largest first."""
-
-
-class Appliance(Protocol):
-    """An appliance of the site file (appliance.control.site_file.SiteEntry is one)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def url(self) -> str: ...
-    @property
-    def token_env(self) -> str: ...
-    @property
-    def ca_file(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
