@@ -169,3 +169,44 @@ def test_the_schema_check_rejects_a_claim_with_a_misspelt_request(matrix: Compat
     request["exact"] = request.pop("exactly")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(claim, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("name", "surge", "unavailable"), [("lab-t3k", 0, 1), ("cpu", 1, 0)])
+def test_a_rollout_moves_one_pod_at_a_time_and_a_device_bound_pod_never_surges(
+    matrix: CompatibilityMatrix, name: str, surge: int, unavailable: int
+) -> None:
+    config = validated(matrix, *CONFIGS[name])
+    spec = kinds(render_k8s(config, image="x", replicas=3))["Deployment"]["spec"]
+    assert spec["replicas"] == 3 and spec["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}  # fmt: skip
+    assert spec["progressDeadlineSeconds"] > config.config.engine.ready_timeout_s
+
+
+def test_gates_are_a_step_the_rollout_waits_on_through_readiness(cli: Cli, tmp_path: Path) -> None:
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("baseline: {accuracy: 0.68, goodput: 1.2, ttft_p95: 350}\ngates: {eval_tolerance: 0.05}\n")
+    done = cli("render", "k8s", "site=lab-t3k", "+model=llama", "--gates", str(gates), "--out", str(tmp_path / "k8s"))
+    assert done.returncode == 0, done.stderr
+    docs = {p.stem: yaml.safe_load(p.read_text()) for p in (tmp_path / "k8s").iterdir()}
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    pod = docs["deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][:4] == ["appliance", "serve", "--gates", "/etc/tt-appliance/gates/gates.yaml"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "gates")
+    volume = next(v for v in pod["volumes"] if v["name"] == "gates")
+    gate_maps = [d for d in docs.values() if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-gates")]
+    assert (
+        mount["mountPath"] == "/etc/tt-appliance/gates" and volume["configMap"]["name"] == "tt-appliance-lab-t3k-gates"
+    )
+    assert [m["data"]["gates.yaml"] for m in gate_maps] == [gates.read_text()]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"  # held at 503 until the gates pass
+
+
+def test_a_gate_file_the_pod_would_refuse_is_refused_at_render(cli: Cli, tmp_path: Path) -> None:
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("baseline: {accuracy: 0.68}\n")  # the workload gate runs, and has no baseline
+    done = cli("render", "k8s", "site=lab-t3k", "+model=llama", "--gates", str(gates))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"error[gate-file] {gates}:baseline: the workload gate needs goodput, ttft_p95. "
+                                   "Record it, or add workload to gates.skip")  # fmt: skip

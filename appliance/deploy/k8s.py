@@ -74,11 +74,14 @@ class K8sManifests:
         return yaml.dump_all(self.documents, Dumper=_Dumper, sort_keys=False)
 
     def write(self, out: Path) -> tuple[Path, ...]:
-        """One file per document, named after its kind."""
+        """One file per document, named after its kind (a second of a kind after its own name too:
+        `configmap-gates.yaml`)."""
         out.mkdir(parents=True, exist_ok=True)
-        paths = []
+        paths: list[Path] = []
         for doc in self.documents:
             path = out / f"{doc['kind'].lower()}.yaml"
+            if path in paths:
+                path = path.with_stem(f"{path.stem}{doc['metadata']['name'].removeprefix(self.name)}")
             path.write_text(yaml.dump(doc, Dumper=_Dumper, sort_keys=False))
             paths.append(path)
         return tuple(paths)
