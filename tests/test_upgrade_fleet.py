@@ -159,7 +159,8 @@ def test_an_appliance_killed_mid_upgrade_comes_back_on_the_generation_it_served(
         time.sleep(0.2)
     os.kill(a.proc.pid, signal.SIGKILL)  # the appliance dies with the new engine booting
     a.proc.wait()
-    assert cli.wait(timeout=60) == 4 and "lost the appliance mid-upgrade" in (cli.stdout.read() if cli.stdout else "")
+    said, _ = cli.communicate(timeout=60)
+    assert cli.returncode == 4 and "lost the appliance mid-upgrade" in said, said
     _restart(a)
     state = a.wait_for("ready", timeout=600)
     assert state.generation is not None and state.generation.id == served_before
