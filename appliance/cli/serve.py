@@ -172,8 +172,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             out.print("quarantined: the device fault came back after a board reset; the host needs hands", markup=False)
         if state.last_error:
             out.print(f"last error: {state.last_error}", markup=False)
-        for difference in state.capabilities.differences if state.capabilities else ():
-            out.print(f"differs from the plan: {difference}", markup=False)
+        for line in state.capabilities.verdict() if state.capabilities else ():
+            out.print(line, markup=False)
         if load is not None:
             out.print(_load_line(load, state.max_concurrency), markup=False)
     return 0
