@@ -177,6 +177,8 @@ class StateDocument:
     """What a rollback of the last passed upgrade returns to."""
     upgrade: UpgradeDocument | None = None
     """The upgrade under way, or the last one with how it ended."""
+    drain_cancelled: int | None = None
+    """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
 
 
 @dataclass(frozen=True, slots=True)
