@@ -37,7 +37,7 @@ def hydra_problem(err: Exception, options: Callable[[str], Sequence[str]] = lamb
         return problem("unknown-option", group, text, f"{near}Run `appliance options` for the choices")
     unknown = _NOT_OVERRIDDEN.search(text)
     if unknown and unknown["key"] not in schema_keys():  # `+key` would only fail in the schema
-        return unknown_key(unknown["key"], "")
+        return _unknown_key(unknown["key"], "")
     if "Error parsing override" in text or "mismatched input" in text or "no viable alternative" in text:
         return problem("bad-override", "overrides", text, "Write overrides as key=value or group=option")
     if isinstance(err, yaml.YAMLError) or "while parsing" in text or "while scanning" in text:
@@ -58,7 +58,7 @@ def _key_part(part: object) -> str:
     return text if text.isprintable() and not any(c.isspace() for c in text) else repr(text)
 
 
-def unknown_key(key: str, where: str) -> Problem:
+def _unknown_key(key: str, where: str) -> Problem:
     """A key the schema does not have, set at `where` (a file and line, or ""), with the nearest real keys."""
     from appliance.config.suggest import did_you_mean, schema_keys
 
@@ -84,7 +84,7 @@ def schema_problem(error: Any, provenance: Mapping[str, str]) -> Problem:
     """One pydantic error as a Problem; `provenance` (dotted key -> file) locates a key the schema lacks."""
     key = ".".join(_key_part(p) for p in error["loc"])
     if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        return unknown_key(key, _where(key, provenance))
+        return _unknown_key(key, _where(key, provenance))
     if error["type"] == "missing":
         return problem("missing-key", key, f"`{key}` has no value", f"Set {key}=<value>")
     key = key.removesuffix(".[key]")
