@@ -194,12 +194,13 @@ def _cmd_drain(args: argparse.Namespace) -> int:
             time.sleep(0.5)
     if args.wait and now.state not in ("stopped", "failed"):
         raise EngineError(f"{args.url}: still {now.state} after {args.wait:.0f}s")
-    out.print(f"engine {now.state}" + (f"; {cancelled}" if (cancelled := _cancelled(now)) else ""), markup=False)
+    cancelled = _cancelled(now) if now.state == "stopped" else ""  # else it is an earlier drain's
+    out.print(f"engine {now.state}" + (f"; {cancelled}" if cancelled else ""), markup=False)
     return 0
 
 
 def _cancelled(state: StateDocument) -> str:
-    if state.state != "stopped" or not state.drain_cancelled:
+    if not state.drain_cancelled:
         return ""
     return f"the drain deadline cancelled {state.drain_cancelled} requests still in flight"
 

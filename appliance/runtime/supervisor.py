@@ -372,9 +372,6 @@ class EngineSupervisor:
         if not self._drain_cancelled:
             return ""
         deadline = self.plan.supervisor.shutdown_timeout_s
-        log.warning("%s: the drain deadline (%.0fs) cancelled %d requests still in flight; size "
-                    "supervisor.shutdown_timeout_s to the longest request (README)", self.name, deadline,
-                    self._drain_cancelled)  # fmt: skip
         return f"; the drain deadline ({deadline:.0f}s) cancelled {self._drain_cancelled} requests still in flight"
 
     async def _stop(self, proc: asyncio.subprocess.Process, *, graceful: bool) -> None:
@@ -391,6 +388,10 @@ class EngineSupervisor:
             drained.cancel()
             watch.cancel()
             self._drain_cancelled = 0 if self._drained.is_set() else in_flight.last
+            if self._drain_cancelled:
+                log.warning("%s: the drain deadline (%.0fs) cancelled %d requests still in flight; size "
+                            "supervisor.shutdown_timeout_s to them (README: Sizing the drain deadline)", self.name,
+                            sup.shutdown_timeout_s, self._drain_cancelled)  # fmt: skip
             await asyncio.wait({exited}, timeout=sup.stop_grace_s)
             exited.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):
