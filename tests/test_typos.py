@@ -63,3 +63,14 @@ def test_a_slots_file_and_its_slots_get_the_names_they_meant(cli: Cli, tmp_path:
     assert "Did you mean `slots=cpu-pair`?" in refused(cli("validate", "slots=cpu-par"))
     unknown_slot = refused(cli("validate", "slots=cpu-pair", "slots.lefft.serving.port=8009"))
     assert "cpu-pair has no slot 'lefft'. Did you mean `slots.left`?" in unknown_slot
+
+
+def test_a_site_or_host_file_without_its_package_line_is_told_to_add_it(cli: Cli, tmp_path: Path) -> None:
+    """Without `# @package _global_` Hydra nests a site file under `site` and the host file under `local`."""
+    (tmp_path / "rack7.yaml").write_text("serving:\n  max_context: 4096\n")
+    site = cli("validate", "site=rack7", "--site-dir", str(tmp_path))
+    assert site.returncode == 2 and site.stderr.startswith("error[unknown-key] site.serving: ")
+    assert "a site file's keys landed under `site`. Start the file with `# @package _global_`" in site.stderr
+    (tmp_path / "host.yaml").write_text("serving:\n  port: 8001\n")
+    host = refused(cli("validate", env={"APPLIANCE_HOST_FILE": str(tmp_path / "host.yaml")}))
+    assert "the host file's keys landed under `local`. Start the file with `# @package _global_`" in host

@@ -17,6 +17,8 @@ _RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_e
 _KEY_FIX = "`appliance plan --json` lists every key with its value"
 # Hydra's advice for a key its tree lacks: "To append to your config use +<key>=<value>".
 _NOT_OVERRIDDEN = re.compile(r"Could not override '(?P<key>[^']+)'\. To append")
+# Site and host files reach the root only under `# @package _global_`; without it Hydra nests their keys.
+_NESTED = {"site": "a site file", "local": "the host file"}
 
 
 def hydra_problem(err: Exception, options: Callable[[str], Sequence[str]] = lambda _: ()) -> Problem:
@@ -68,6 +70,17 @@ def _unknown_key(key: str, where: str) -> Problem:
     return problem("unknown-key", key, f"`{key}` is not a config key{at}", fix)
 
 
+def _nested(key: str) -> Problem | None:
+    """A site or host file without `# @package _global_`: its sections arrive as `site.serving`, `local`."""
+    from appliance.config.suggest import schema_keys
+
+    head, _, rest = key.partition(".")
+    if head not in _NESTED or (head == "site" and rest.partition(".")[0] not in schema_keys()):
+        return None
+    return problem("unknown-key", key, f"`{key}` is not a config key: {_NESTED[head]}'s keys landed under `{head}`",
+                   "Start the file with `# @package _global_`, as conf/site/*.yaml do")  # fmt: skip
+
+
 def _where(key: str, provenance: Mapping[str, str]) -> str:
     """`file:line` of the file that set `key` (compose's provenance), "" for the command line."""
     source = provenance.get(key)
@@ -84,7 +97,7 @@ def schema_problem(error: Any, provenance: Mapping[str, str]) -> Problem:
     """One pydantic error as a Problem; `provenance` (dotted key -> file) locates a key the schema lacks."""
     key = ".".join(_key_part(p) for p in error["loc"])
     if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        return _unknown_key(key, _where(key, provenance))
+        return _nested(key) or _unknown_key(key, _where(key, provenance))
     if error["type"] == "missing":
         return problem("missing-key", key, f"`{key}` has no value", f"Set {key}=<value>")
     key = key.removesuffix(".[key]")
