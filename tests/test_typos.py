@@ -74,3 +74,8 @@ def test_a_site_or_host_file_without_its_package_line_is_told_to_add_it(cli: Cli
     (tmp_path / "host.yaml").write_text("serving:\n  port: 8001\n")
     host = refused(cli("validate", env={"APPLIANCE_HOST_FILE": str(tmp_path / "host.yaml")}))
     assert "the host file's keys landed under `local`. Start the file with `# @package _global_`" in host
+
+
+def test_hydras_append_advice_stays_for_a_key_the_schema_has_but_the_tree_lacks(cli: Cli) -> None:
+    line = refused(cli("validate", "control.tls.ca_file=ca.pem"))  # control.tls is null until set
+    assert "To append to your config use +control.tls.ca_file=ca.pem" in line
