@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--sigterm-log", help="a recorded engine log to print on SIGTERM, then keep running")
     parser.add_argument("--child", action="store_true", help="fork a worker into the same process group")
+    parser.add_argument("--metrics", help="a recorded engine /metrics page to answer GET /metrics with")
     args = parser.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -52,6 +53,8 @@ def main() -> None:
                 self._reply(200, b"")
             elif self.path == "/health":
                 time.sleep(30)  # hung: the connection stays open without an answer
+            elif self.path == "/metrics" and args.metrics:
+                self._reply(200, Path(args.metrics).read_bytes())
             else:
                 self._reply(404, b"")
 

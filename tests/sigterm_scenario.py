@@ -2,7 +2,8 @@
 datagram socket is booted, given 50 streaming requests and, once the engine holds all 50, SIGTERM.
 
 test_notify.py reads the notifications, test_reliability.py the requests' fate and what is left of
-the engine; conftest's `sigtermed` fixture runs it once per session.
+the engine; conftest's `sigtermed` fixture runs it once per session. test_drain_deadline.py runs it
+again with answers longer than its drain deadline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import openai
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.control.documents import StateDocument
@@ -34,37 +36,45 @@ class SigtermRun:
     finishes: list[str | None]
     exit_code: int
     engine_group_gone: bool
+    output: str
+    """What serve wrote (its log) from boot to exit."""
 
 
-def sigterm_under_load(tmp: Path) -> SigtermRun:
-    """Boot, load with STREAMS requests, SIGTERM once the engine has accepted every one, and record it."""
+def sigterm_under_load(tmp: Path, *extra: str, max_tokens: int = 64) -> SigtermRun:
+    """Boot (with `extra` overrides), load with STREAMS requests of `max_tokens`, SIGTERM once the engine has
+    accepted every one, and record it."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(tmp / "notify.sock"))
         env = {"NOTIFY_SOCKET": str(tmp / "notify.sock"), "APPLIANCE_STATE_DIR": str(tmp / "state"),
                "APPLIANCE_LOG_DIR": str(tmp / "logs")}  # fmt: skip
-        served = start_appliance(tmp, "mesh=cpu", env=env)
+        served = start_appliance(tmp, "mesh=cpu", *extra, env=env)
         try:
             booted = receive(sock, served, until="READY=1")
             state = served.state()
-            finishes = stop_under_load(served)
+            finishes = stop_under_load(served, max_tokens)
             stopped = receive(sock, served, until=None)
         finally:
             stop_appliance(served)
-    return SigtermRun(booted, stopped, state, finishes, served.proc.returncode, group_gone(state.pid or 0))
+    return SigtermRun(booted, stopped, state, finishes, served.proc.returncode, group_gone(state.pid or 0),
+                      served.output.read_text())  # fmt: skip
 
 
-def stop_under_load(served: Served) -> list[str | None]:
-    """The finish reason of each of STREAMS streams that were all in the engine when SIGTERM came."""
+def stop_under_load(served: Served, max_tokens: int) -> list[str | None]:
+    """The finish reason of each of STREAMS streams that were all in the engine when SIGTERM came (None: the
+    stream broke off)."""
     done_before = engine_counts(served)["vllm:request_success_total"]
 
     def generate(i: int) -> str | None:
         finish = None
-        with served.client().completions.create(
-            model=MODEL, prompt=f"request {i}", max_tokens=64, stream=True, extra_body={"ignore_eos": True}
-        ) as stream:
-            for chunk in stream:
-                if chunk.choices and chunk.choices[0].finish_reason:
-                    finish = chunk.choices[0].finish_reason
+        try:
+            with served.client().completions.create(
+                model=MODEL, prompt=f"request {i}", max_tokens=max_tokens, stream=True, extra_body={"ignore_eos": True}
+            ) as stream:
+                for chunk in stream:
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        finish = chunk.choices[0].finish_reason
+        except (openai.APIError, httpx.HTTPError):
+            return None  # the engine went away mid-answer
         return finish
 
     def accepted() -> float:

@@ -7,6 +7,7 @@ exit status and stderr only a real process shows.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,17 @@ def test_matrix_json_lists_rows_for_a_mesh(cli: Cli) -> None:
     done = cli("matrix", "--mesh", "t3k", "--json")
     rows = json.loads(done.stdout)
     assert rows and all(r["mesh"] == "t3k" for r in rows)
+
+
+def test_a_piped_matrix_keeps_every_cell_whole(tmp_path: Path) -> None:
+    """A real pipe and a real file: rich assumes 80 columns off a terminal, which cut cells to "funct…"."""
+    command = [sys.executable, "-m", "appliance.cli", "matrix"]
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+    with (tmp_path / "matrix.txt").open("w") as file:
+        subprocess.run(command, stdout=file, check=True, env=env)
+    rows = json.loads(subprocess.run([*command, "--json"], capture_output=True, text=True, check=True).stdout)
+    for text in (piped, (tmp_path / "matrix.txt").read_text()):
+        assert "…" not in text
+        cells = {cell.strip() for line in text.splitlines() for cell in line.split("│")}
+        assert all({row["checkpoint"], row["status"], row["mesh"]} <= cells for row in rows)

@@ -46,7 +46,9 @@ async def test_the_dashboard_shows_state_load_latency_scheduler_devices_and_chec
             scheduler = shown(app.screen.query_one(SchedulerPanel))
             assert "tokens/step" in scheduler and "Avg prompt throughput" in scheduler
             assert "host CPU" in shown(app.screen.query_one(DevicesPanel))
-            assert "no checks yet" in shown(app.screen.query_one(ChecksPanel))
+            checks = shown(app.screen.query_one(ChecksPanel))
+            # The recorded engine's log states prefix caching as the plan asks: the one capability compared.
+            assert "no checks yet" in checks and "capabilities: as planned (1 compared: prefix_caching)" in checks
 
 
 async def test_preflight_checks_are_shown_when_the_appliance_has_them() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
+from appliance.control.documents import CapabilitiesDocument
 from appliance.observe.effective import Capabilities, differences, effective, requested
 from appliance.plan import build_plan
 
@@ -81,3 +82,24 @@ def test_the_real_cpu_engine_reports_what_it_runs_against_the_plan(
     assert (got.prefix_caching, got.chunked_prefill, got.max_model_len) == (True, False, 2048)
     found = by_code(differences(requested(cpu_plan(tmp_path, *RESTARTABLE_EXTRA)), got))
     assert found == {"capability-differs": {"kv_cache_memory_bytes"}, "env-not-read": {"engine.env.VLLM_RPC_TIMEOUT"}}
+
+
+def test_as_planned_is_said_only_of_capabilities_both_sides_state() -> None:
+    asked = {"prefix_caching": True, "max_model_len": 2048, "compact_json": None}
+    assert CapabilitiesDocument(asked, None).verdict() == (
+        "capabilities: not checked yet (read from the engine once it has been ready)",
+    )
+    silent = CapabilitiesDocument(asked, {"prefix_caching": None, "max_model_len": None, "compact_json": True})
+    assert silent.verdict() == ("capabilities: not checked (the engine stated none of the planned ones)",)
+    same = CapabilitiesDocument(asked, {"prefix_caching": True, "max_model_len": 2048, "compact_json": True})
+    assert same.verdict() == ("capabilities: as planned (2 compared: max_model_len, prefix_caching)",)
+
+
+def test_each_difference_from_the_plan_is_its_own_line(tmp_path: Path) -> None:
+    got = effective(
+        (DATA / "vllm-cpu-effective.log").read_text().splitlines(),
+        (DATA / "vllm-cpu-effective-metrics.txt").read_text(),
+    )
+    found = differences(requested(cpu_plan(tmp_path, *CAPABILITY_OVERRIDES)), got)
+    document = CapabilitiesDocument({}, {}, differences=tuple(p.message for p in found))
+    assert document.verdict() == tuple(f"differs from the plan: {p.message}" for p in found) and len(found) == 2

@@ -88,3 +88,17 @@ def test_state_shows_what_the_engine_runs_beside_what_the_plan_asked(shared_appl
     assert caps.effective["max_model_len"] == caps.requested["max_model_len"] == 2048
     assert caps.effective["kv_cache_memory_bytes"] and "kv_cache_memory_bytes" in caps.sources
     assert bool(caps.differences) == any("capabilities differ" in a for a in alerts)
+
+
+def test_status_says_the_engine_runs_as_planned_or_names_each_difference(shared_appliance: Served, cli: Cli) -> None:
+    with shared_appliance.api() as api:
+        api.load()  # hands the appliance the /metrics page it reads capabilities from
+        caps = api.state().capabilities
+    done = cli("status", "--url", shared_appliance.control_url, env={"APPLIANCE_TOKEN": shared_appliance.token})
+    assert done.returncode == 0, done.stderr
+    assert caps is not None and caps.effective is not None
+    shown = [line for line in done.stdout.splitlines() if line.startswith(("capabilities:", "differs from the plan:"))]
+    if caps.differences:
+        assert shown == [f"differs from the plan: {d}" for d in caps.differences]
+    else:  # the engine's own config line states max_model_len and prefix caching, as the plan asks
+        assert len(shown) == 1 and shown[0].startswith("capabilities: as planned (") and "max_model_len" in shown[0]

@@ -16,4 +16,5 @@ def test_serve_notifies_ready_every_state_and_stopping(sigtermed: SigtermRun) ->
     assert sigtermed.exit_code == 143
     assert sigtermed.stopped[0] == "STOPPING=1\nSTATUS=stopping"
     assert states(sigtermed.stopped[1:]) == ["draining", "stopped"]
+    assert sigtermed.stopped[-1] == "STATUS=stopped: stopped"  # every request finished: nothing was cancelled
     assert sigtermed.engine_group_gone

@@ -119,7 +119,8 @@ def test_a_slots_file_in_the_site_dir_is_found_and_a_bad_one_refused_naming_the_
     assert ok.stdout.splitlines()[-1].startswith("ok: 2 slots on host cpu (mine, ")
     bad = cli("validate", "slots=bad", "--site-dir", str(tmp_path))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.startswith("error[bad-config] slots.a.devics: ") and "bad.yaml" in bad.stderr
+    assert bad.stderr.startswith("error[unknown-key] slots.a.devics: ") and "bad.yaml:2: " in bad.stderr
+    assert "Did you mean `devices`?" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
 def test_plan_and_render_print_every_slot(cli: Cli, tmp_path: Path) -> None:

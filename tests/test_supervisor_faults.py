@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from appliance.control.api import state_document
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
@@ -23,6 +25,7 @@ S = EngineState
 
 
 Factory = Callable[..., EngineSupervisor]
+IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 @pytest.fixture
@@ -182,3 +185,23 @@ async def test_drain_then_restart_from_stopped(supervisor: Factory) -> None:
     sup.request("stop")
     await run
     assert [e.state for e in sup.snapshot().events].count(S.READY) == 2
+
+
+async def test_a_drain_deadline_that_ends_requests_in_flight_reports_how_many(supervisor: Factory) -> None:
+    """The engine serves a page recorded under load and never finishes its drain: what that page holds in
+    flight is what the deadline cancelled (the real engine under SIGTERM: tests/test_drain_deadline.py)."""
+    page = DATA / "console" / "metrics-5.txt"
+    held = sum(s.value for f in text_string_to_metric_families(page.read_text()) if f.name in IN_FLIGHT
+               for s in f.samples)  # fmt: skip
+    sup = supervisor("--ignore-sigterm", "--metrics", str(page), shutdown_timeout_s=2.0)
+    run = asyncio.create_task(sup.run())
+    await wait_for(sup, S.READY)
+    sup.request("drain")
+    await wait_for(sup, S.STOPPED, timeout=30)
+    snapshot = sup.snapshot()
+    assert held > 0 and snapshot.drain_cancelled == held
+    said = f"drained; the drain deadline (2s) cancelled {held:.0f} requests still in flight"
+    assert snapshot.events[-1].reason == said
+    assert state_document(snapshot, sup.plan).drain_cancelled == held  # what GET /state answers
+    sup.request("stop")
+    await run

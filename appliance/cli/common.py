@@ -37,7 +37,12 @@ class Output:
     def console(self) -> Console:
         from rich.console import Console
 
-        return Console(stderr=self._stderr, highlight=False, soft_wrap=True)
+        console = Console(stderr=self._stderr, highlight=False, soft_wrap=True)
+        if not console.is_terminal:
+            # Off a terminal rich assumes 80 columns and cuts table cells to fit ("funct…"); a pipe or a
+            # file has no width to fit, so every table keeps its cells whole (none of ours expands).
+            console.width = _UNBOUNDED
+        return console
 
     def print(self, *objects: object, markup: bool | None = None, end: str = "\n", **options: Any) -> None:
         if markup is False and not options and all(isinstance(o, str) for o in objects):
@@ -51,6 +56,7 @@ class Output:
         self.console.print_json(**options)
 
 
+_UNBOUNDED = 100_000
 out = Output()
 err = Output(stderr=True)
 

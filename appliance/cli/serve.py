@@ -172,8 +172,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             out.print("quarantined: the device fault came back after a board reset; the host needs hands", markup=False)
         if state.last_error:
             out.print(f"last error: {state.last_error}", markup=False)
-        for difference in state.capabilities.differences if state.capabilities else ():
-            out.print(f"differs from the plan: {difference}", markup=False)
+        if cancelled := _cancelled(state):
+            out.print(f"last drain: {cancelled}", markup=False)
+        for line in state.capabilities.verdict() if state.capabilities else ():
+            out.print(line, markup=False)
         if load is not None:
             out.print(_load_line(load, state.max_concurrency), markup=False)
     return 0
@@ -188,12 +190,19 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     with SyncControlClient(Target(args.url, args.url.rstrip("/"), control_token(args), args.ca_file)) as api:
         out.print(f"drain accepted in state {api.act('drain')}", markup=False)
         deadline = time.monotonic() + args.wait
-        while (state := api.state().state) not in ("stopped", "failed") and time.monotonic() < deadline:
+        while (now := api.state()).state not in ("stopped", "failed") and time.monotonic() < deadline:
             time.sleep(0.5)
-    if args.wait and state not in ("stopped", "failed"):
-        raise EngineError(f"{args.url}: still {state} after {args.wait:.0f}s")
-    out.print(f"engine {state}", markup=False)
+    if args.wait and now.state not in ("stopped", "failed"):
+        raise EngineError(f"{args.url}: still {now.state} after {args.wait:.0f}s")
+    cancelled = _cancelled(now) if now.state == "stopped" else ""  # else it is an earlier drain's
+    out.print(f"engine {now.state}" + (f"; {cancelled}" if cancelled else ""), markup=False)
     return 0
+
+
+def _cancelled(state: StateDocument) -> str:
+    if not state.drain_cancelled:
+        return ""
+    return f"the drain deadline cancelled {state.drain_cancelled} requests still in flight"
 
 
 def _boot_line(boot: BootDocument) -> str:

@@ -113,7 +113,7 @@ def _composition(normalized: tuple[str, ...], site_dir: Path | None, host_file: 
     try:
         config = _validator(ApplianceConfig).validate_python(raw)
     except ValidationError as err:
-        raise ConfigError(tuple(schema_problem(e, choices) for e in err.errors())) from None
+        raise ConfigError(tuple(schema_problem(e, provenance) for e in err.errors())) from None
     if problems := check_constraints(config):
         raise ConfigError(tuple(problems))
     digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
@@ -180,7 +180,7 @@ def defaults_choices(normalized: Sequence[str], site_dir: Path | None, host_file
                 loader = GlobalHydra.instance().config_loader()
                 defaults = loader.compute_defaults_list("config", [*search, *normalized], RunMode.RUN)
         except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
-            raise ConfigError((hydra_problem(err),)) from None
+            raise ConfigError((hydra_problem(err, lambda group: group_options(group, site_dir)),)) from None
     known = defaults.overrides.known_choices.items()
     return {k: str(v) for k, v in known if v is not None and not k.startswith("hydra/")}
 
@@ -253,7 +253,7 @@ def compose_tree(
         return apply_value_overrides(merged.tree, values), merged.choices, _provenance(merged.origin, normalized)
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
         # Hydra raises a bare ValueError for some malformed group overrides (e.g. `mesh=0`).
-        raise ConfigError((hydra_problem(err),)) from None
+        raise ConfigError((hydra_problem(err, lambda group: group_options(group, site_dir)),)) from None
 
 
 def _merge(overrides: tuple[str, ...], extra_root: Path | None) -> _Merged:

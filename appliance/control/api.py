@@ -84,6 +84,7 @@ def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocum
         fault=None if snapshot.fault is None else validate(FaultDocument, snapshot.fault),
         quarantined=snapshot.quarantined,
         boot=None if snapshot.boot is None else validate(BootDocument, snapshot.boot),
+        drain_cancelled=snapshot.drain_cancelled,
     )
 
 

@@ -95,6 +95,20 @@ class CapabilitiesDocument:
     """Capability -> where the engine said it (a log line, a metric)."""
     differences: tuple[str, ...] = ()
 
+    def verdict(self) -> tuple[str, ...]:
+        """Lines for status and the console: "as planned", each difference, or why nothing was compared.
+
+        "As planned" needs a capability both sides state: an engine that said nothing is "not checked".
+        """
+        if self.effective is None:
+            return ("capabilities: not checked yet (read from the engine once it has been ready)",)
+        if self.differences:
+            return tuple(f"differs from the plan: {d}" for d in self.differences)
+        compared = sorted(k for k, v in self.requested.items() if v is not None and self.effective.get(k) is not None)
+        if not compared:
+            return ("capabilities: not checked (the engine stated none of the planned ones)",)
+        return (f"capabilities: as planned ({len(compared)} compared: {', '.join(compared)})",)
+
 
 @dataclass(frozen=True, slots=True)
 class FaultDocument:
@@ -163,6 +177,8 @@ class StateDocument:
     """What a rollback of the last passed upgrade returns to."""
     upgrade: UpgradeDocument | None = None
     """The upgrade under way, or the last one with how it ended."""
+    drain_cancelled: int | None = None
+    """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import httpx
 
 from appliance.plan import LaunchPlan
 from appliance.runtime.boot_record import BootClock, BootProgress
+from appliance.runtime.drain import InFlight
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.faults import Fault, FaultLadder, load_fault_ladder, run_reset
 from appliance.runtime.lifecycle import TRANSITIONS, EngineEvent, EngineState, drain_finished_in_log, phase_from_log
@@ -71,6 +72,8 @@ class SupervisorSnapshot:
     """The device fault came back after the one reset `on_device_fault: reset_once` allows: hands needed."""
     boot: BootProgress | None = None
     """The boot under way against this config's record on this host."""
+    drain_cancelled: int | None = None
+    """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
 
 
 class EngineSupervisor:
@@ -114,6 +117,7 @@ class EngineSupervisor:
         self._fault: Fault | None = None
         self._faulted = asyncio.Event()
         self._drained = asyncio.Event()
+        self._drain_cancelled: int | None = None
         self._resets = 0
         self._boot = self._boot_clock(plan)
         self._listeners.append(self._boot.on_event)
@@ -136,7 +140,7 @@ class EngineSupervisor:
         quarantined = self._resets > 0 and self._state is _S.FAILED
         return SupervisorSnapshot(
             self._state, self._pid, uptime, self._restarts, self._last_error, tuple(self._events),
-            self._fault, quarantined, self._boot.progress(),
+            self._fault, quarantined, self._boot.progress(), self._drain_cancelled,
         )  # fmt: skip
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -207,13 +211,13 @@ class EngineSupervisor:
 
     async def _after(self, outcome: str, code: int | None, ready_for: float | None) -> str:
         if outcome == "drain":
-            self._change(_S.STOPPED, "drained")
+            self._change(_S.STOPPED, "drained" + self._cancelled_note())
             return "idle"
         if outcome == "stop":
-            self._change(_S.STOPPED, "stopped")
+            self._change(_S.STOPPED, "stopped" + self._cancelled_note())
             return "exit"
         if outcome == "restart":
-            self._change(_S.STOPPED, "drained for restart")
+            self._change(_S.STOPPED, "drained for restart" + self._cancelled_note())
             self._crashes = 0
             return "start"
         if self._fault is not None and ready_for is None:
@@ -363,6 +367,13 @@ class EngineSupervisor:
             ):
                 self._change(phase, line.strip()[:200])
 
+    def _cancelled_note(self) -> str:
+        """What the drain could not finish, for the STOPPED reason (the log, /state, systemd's STATUS)."""
+        if not self._drain_cancelled:
+            return ""
+        deadline = self.plan.supervisor.shutdown_timeout_s
+        return f"; the drain deadline ({deadline:.0f}s) cancelled {self._drain_cancelled} requests still in flight"
+
     async def _stop(self, proc: asyncio.subprocess.Process, *, graceful: bool) -> None:
         """SIGTERM the engine (it drains), then SIGKILL whatever is left of its process group: after
         stop_grace_s more once its drain is over (it says so, or shutdown_timeout_s has passed)."""
@@ -371,8 +382,16 @@ class EngineSupervisor:
                 proc.send_signal(signal.SIGTERM)
             sup = self.plan.supervisor
             exited, drained = asyncio.ensure_future(proc.wait()), asyncio.ensure_future(self._drained.wait())
+            in_flight = InFlight(self._http, f"{self.plan.base_url}/metrics")
+            watch = asyncio.ensure_future(in_flight.watch())
             await asyncio.wait({exited, drained}, timeout=sup.shutdown_timeout_s, return_when=asyncio.FIRST_COMPLETED)
             drained.cancel()
+            watch.cancel()
+            self._drain_cancelled = 0 if self._drained.is_set() else in_flight.last
+            if self._drain_cancelled:
+                log.warning("%s: the drain deadline (%.0fs) cancelled %d requests still in flight; size "
+                            "supervisor.shutdown_timeout_s to them (README: Sizing the drain deadline)", self.name,
+                            sup.shutdown_timeout_s, self._drain_cancelled)  # fmt: skip
             await asyncio.wait({exited}, timeout=sup.stop_grace_s)
             exited.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -22,6 +22,7 @@ from appliance.compat.resolve import resolve_config
 from appliance.config.bounds import Bound
 from appliance.config.compose import COMMAND_LINE
 from appliance.config.schema import ComposedConfig
+from appliance.config.suggest import did_you_mean, yaml_line
 from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError, Problem
 from appliance.resources import conf_dir
@@ -112,8 +113,9 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
     path = next((d / f"{name}.yaml" for d in _dirs(site_dir) if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         known = slot_options(site_dir)
+        near = did_you_mean(name, known, "`slots={}`")
         raise ConfigError(
-            (Problem("unknown-option", "slots", f"no slots file {name!r}", f"Choose one of: {', '.join(known)}"),)
+            (Problem("unknown-option", "slots", f"no slots file {name!r}", f"{near}Choose one of: {', '.join(known)}"),)
         )
     import yaml  # here, as pydantic: every `validate` imports this module for `slots_choice` alone
     from pydantic import ValidationError
@@ -165,7 +167,7 @@ def split_overrides(
                     "unknown-key",
                     f"slots.{m['slot']}",
                     f"{override!r}: {slots.name} has no slot {m['slot']!r}",
-                    f"Address one of: {', '.join(slots.slots)}",
+                    f"{did_you_mean(m['slot'], slots.slots, '`slots.{}`')}Address one of: {', '.join(slots.slots)}",
                 )
             )
         elif (key := m["rest"].partition("=")[0]) in ("devices", "cores"):
@@ -226,16 +228,24 @@ def compose_slot(
             )
         )
 
+    # The slot's keys came from the slots file, not the command line, unless an override set them again.
+    from_file = {k for k, _ in _flat(spec.set, "")} - {o.lstrip("+").partition("=")[0] for o in (*common, *own)}
     try:
         composed = resolve_config([*declared, *common, *own], matrix, no_auto_mesh, site_dir=site_dir)
     except ConfigError as error:
-        raise ConfigError(tuple(in_slot(name, p) for p in error.problems)) from None
-    # The slot's keys came from the slots file, not the command line, unless an override set them again.
-    from_file = {k for k, _ in _flat(spec.set, "")} - {o.lstrip("+").partition("=")[0] for o in (*common, *own)}
+        located = (_set_in(slots, name, p) if p.key in from_file else p for p in error.problems)
+        raise ConfigError(tuple(in_slot(name, p) for p in located)) from None
     provenance = {
         k: (slots.source if k in from_file and v == COMMAND_LINE else v) for k, v in composed.provenance.items()
     }
     return replace(composed, provenance=MappingProxyType(provenance), overrides=(*declared, *common, *own))
+
+
+def _set_in(slots: SlotsFile, name: str, problem: Problem) -> Problem:
+    """`problem` about a key of slot `name`'s `set:`, naming the file and line that set it."""
+    line = yaml_line(Path(slots.source), f"slots.{name}.set.{problem.key}")
+    where = slots.source if line is None else f"{slots.source}:{line}"
+    return replace(problem, message=f"{problem.message} (set in {where})")
 
 
 def in_slot(name: str, problem: Problem) -> Problem:
@@ -263,9 +273,10 @@ def _value(value: Any) -> str:
 def _file_problem(path: Path, error: Any) -> Problem:
     key = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("function-", "literal[", "tuple[")))
     key = key.replace(".SlotSpec", "")
-    return Problem(
-        "bad-config",
-        key or "slots",
-        f"{path}: {error['msg']} (got {error.get('input')!r})",
-        "See conf/slots/cpu-pair.yaml for the shape of a slots file",
-    )
+    shape = "See conf/slots/cpu-pair.yaml for the shape of a slots file"
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        parts, line = key.split("."), yaml_line(path, key)
+        near = did_you_mean(parts[-1], [f.name for f in fields(SlotSpec if len(parts) > 1 else SlotsFile)])
+        where = str(path) if line is None else f"{path}:{line}"
+        return Problem("unknown-key", key, f"{where}: `{key}` is not a slots file key", f"{near}{shape}")
+    return Problem("bad-config", key or "slots", f"{path}: {error['msg']} (got {error.get('input')!r})", shape)

@@ -147,14 +147,15 @@ class ChecksPanel(Panel):
     TITLE = "checks"
 
     def shows(self, view: ApplianceView) -> object:
-        return view.polled.checks
+        state = view.polled.state
+        return view.polled.checks, None if state is None else state.capabilities
 
     def render_view(self, view: ApplianceView) -> Text:
-        checks = view.polled.checks
-        if checks is None:
-            return Text("no checks yet", style="dim")
-        text = Text()
-        for item in checks.checks:
+        checks, capabilities = view.polled.checks, view.polled.state and view.polled.state.capabilities
+        text = Text("no checks yet\n", style="dim") if checks is None else Text()
+        for item in checks.checks if checks else ():
             text.append(f"{item.status:<8}", _CHECK_STYLE.get(item.status, "red"))
             text.append(f" {item.title or item.id}: {item.summary}\n")
+        for line in capabilities.verdict() if capabilities else ():
+            text.append(line + "\n", "yellow" if line.startswith("differs") else "dim" if "not checked" in line else "")
         return text
