@@ -31,11 +31,11 @@ from appliance.control.upgrade_documents import (
 )
 from appliance.errors import ApplianceError, ConfigError, Problem
 from appliance.observe.effective import differences, effective, requested
-from appliance.observe.engine_metrics import parse_metrics
 from appliance.plan import LaunchPlan
 from appliance.rollout.environments import prune_environments
 from appliance.rollout.gates import GateFile, GateSettings, judge, measure, parse_settings
 from appliance.rollout.generation import Journal, write_journal
+from appliance.runtime.drain import in_flight
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
@@ -44,7 +44,6 @@ __all__ = ["Planned", "Planner", "Upgrader"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _LOG_SCAN = 5000  # engine lines searched for the new boot's config line (as /state's capabilities read them)
-_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 _CHECK_KEPT_S = 900.0  # how long a check's verdict stands for the upgrade that follows it
 
 
@@ -215,11 +214,9 @@ class Upgrader:
     async def _drain(self, plan: LaunchPlan) -> None:
         """Until the engine has no request running or waiting, within the plan's shutdown budget."""
         deadline = time.monotonic() + plan.supervisor.shutdown_timeout_s
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        async with httpx.AsyncClient() as http:
             while time.monotonic() < deadline:
-                page = (await http.get(f"{plan.base_url}/metrics")).text
-                gauges = parse_metrics(page, 0.0, keep=_IN_FLIGHT).gauges
-                if not any(gauges.get(name) for name in _IN_FLIGHT):
+                if not await in_flight(http, f"{plan.base_url}/metrics"):  # none, or an engine without /metrics
                     return
                 await asyncio.sleep(0.5)
         raise _GateFailed(f"requests still in flight after shutdown_timeout_s {plan.supervisor.shutdown_timeout_s:g}s")

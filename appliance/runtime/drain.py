@@ -14,7 +14,7 @@ import asyncio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["InFlight"]
+__all__ = ["InFlight", "in_flight"]
 
 _GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 _INTERVAL_S = 1.0
@@ -32,15 +32,17 @@ class InFlight:
     async def watch(self) -> None:
         """Scrape every second until cancelled."""
         while True:
-            count = await self._read()
+            count = await in_flight(self._http, self._url)
             if count is not None:
                 self.last = count
             await asyncio.sleep(_INTERVAL_S)
 
-    async def _read(self) -> int | None:
-        try:
-            page = (await self._http.get(self._url, timeout=_INTERVAL_S)).text
-            values = [s.value for f in text_string_to_metric_families(page) if f.name in _GAUGES for s in f.samples]
-        except (httpx.HTTPError, ValueError):  # gone, or not a metrics page (an engine without /metrics)
-            return None
-        return round(sum(values)) if values else None
+
+async def in_flight(http: httpx.AsyncClient, metrics_url: str) -> int | None:
+    """Requests running plus waiting in the engine, from its /metrics; None when that cannot be read."""
+    try:
+        page = (await http.get(metrics_url, timeout=_INTERVAL_S)).text
+        values = [s.value for f in text_string_to_metric_families(page) if f.name in _GAUGES for s in f.samples]
+    except (httpx.HTTPError, ValueError):  # gone, or not a metrics page (an engine without /metrics)
+        return None
+    return round(sum(values)) if values else None
