@@ -1,7 +1,13 @@
 # Two commands on a fresh machine: `make serve` (embedded default) and `make test` (everything).
+# Set-up: pip installs uv and rich into .tools/setup (`tools`, hash-locked); uv then builds the
+# environments, the independent ones at once, as steps with one progress display
+# (build/setup/run_steps.py: rich rows on a terminal, one line per step otherwise; logs in .tools/logs).
 # While editing: `make test-fast` (no engine, about 2 min) and `make test-engine` (the engine tier, about
 # 21 min, nearly all of it engine boots: README, Tests).
 PYTHON ?= python3
+TOOLS := .tools/setup
+UV := $(CURDIR)/$(TOOLS)/bin/uv
+STEPS = $(TOOLS)/bin/python build/setup/run_steps.py --make "$(MAKE)" --logs .tools/logs
 VENV := .venv
 BIN := $(VENV)/bin
 CPU_ENGINE := .engines/cpu
@@ -29,41 +35,62 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-fast test-engine lint bench soak engine-cpu engine-ttnn setup haproxy systemd-tools checkov ansible prometheus
+.PHONY: serve test test-environments test-fast test-engine lint bench soak engine-cpu engine-ttnn setup tools haproxy systemd-tools checkov ansible prometheus
 
-setup: $(VENV)/.installed
+# The set-up steps, as "title=target" for $(STEPS).
+APPLIANCE_STEP := "appliance venv=$(VENV)/.installed"
+CPU_STEP := "cpu engine=$(CPU_ENGINE)/.appliance-engine-ok"
+TTNN_STEP := "ttnn environment=$(TTNN_ENGINE)/.appliance-engine-ok"
+CHECKOV_STEP := "checkov=$(CHECKOV)/.installed-$(CHECKOV_VERSION)"
+ANSIBLE_STEP := "ansible=$(ANSIBLE)/.installed-$(ANSIBLE_VERSION)"
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+# The bootstrap: the only pip install left, a few seconds (uv is one static binary).
+tools: $(TOOLS)/.installed
+
+$(TOOLS)/.installed: build/setup/requirements.lock
+	@echo "[setup] tools: uv and rich into $(TOOLS) (pip, hash-locked)"
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r build/setup/requirements.lock
 	touch $@
 
-engine-cpu: $(CPU_ENGINE)/.appliance-engine-ok
+setup: tools
+	@$(STEPS) $(APPLIANCE_STEP)
 
-$(CPU_ENGINE)/.appliance-engine-ok: build/cpu/requirements.txt build/cpu/requirements.lock build/cpu/install.sh
-	bash build/cpu/install.sh $(CPU_ENGINE)
+$(VENV)/.installed: pyproject.toml | $(TOOLS)/.installed
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(UV) pip install -e '.[dev]'
+	touch $@
+
+engine-cpu: tools
+	@$(STEPS) $(CPU_STEP)
+
+$(CPU_ENGINE)/.appliance-engine-ok: build/cpu/requirements.txt build/cpu/requirements.lock build/cpu/install.sh | $(TOOLS)/.installed
+	UV=$(UV) bash build/cpu/install.sh $(CPU_ENGINE)
 
 # The ttnn probe environment: `appliance check` counts chips with it, and its tests need it.
-engine-ttnn: $(TTNN_ENGINE)/.appliance-engine-ok
+engine-ttnn: tools
+	@$(STEPS) $(TTNN_STEP)
 
-$(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt
+$(TTNN_ENGINE)/.appliance-engine-ok: build/ttnn/requirements.txt | $(TOOLS)/.installed
 	$(PYTHON312) -m venv $(TTNN_ENGINE)
-	$(TTNN_ENGINE)/bin/pip install --quiet --disable-pip-version-check -r build/ttnn/requirements.txt
+	$(UV) pip install --python $(TTNN_ENGINE)/bin/python -r build/ttnn/requirements.txt
 	$(TTNN_ENGINE)/bin/python -I -c "import ttnn" > /dev/null 2>&1
 	touch $@
 
-checkov: $(CHECKOV)/.installed-$(CHECKOV_VERSION)
+checkov: tools
+	@$(STEPS) $(CHECKOV_STEP)
 
-$(CHECKOV)/.installed-$(CHECKOV_VERSION):
-	$(PYTHON) -m venv $(CHECKOV)
-	$(CHECKOV)/bin/pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+$(CHECKOV)/.installed-$(CHECKOV_VERSION): | $(TOOLS)/.installed
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(CHECKOV)
+	$(UV) pip install --python $(CHECKOV)/bin/python checkov==$(CHECKOV_VERSION)
 	touch $@
 
-ansible: $(ANSIBLE)/.installed-$(ANSIBLE_VERSION)
+ansible: tools
+	@$(STEPS) $(ANSIBLE_STEP)
 
-$(ANSIBLE)/.installed-$(ANSIBLE_VERSION):
-	$(PYTHON) -m venv $(ANSIBLE)
-	$(ANSIBLE)/bin/pip install --quiet --disable-pip-version-check ansible-core==$(ANSIBLE_VERSION)
+$(ANSIBLE)/.installed-$(ANSIBLE_VERSION): | $(TOOLS)/.installed
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(ANSIBLE)
+	$(UV) pip install --python $(ANSIBLE)/bin/python ansible-core==$(ANSIBLE_VERSION)
 	touch $@
 
 haproxy: $(HAPROXY)
@@ -82,7 +109,9 @@ $(SYSTEMD_ANALYZE):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd > /dev/null
 
 # SERVE_ARGS: overrides for `appliance serve`, e.g. make serve SERVE_ARGS="model=tiny serving.port=8001".
-serve: setup engine-cpu
+# The appliance's venv and the CPU engine are built at once; the model is built by `serve` itself.
+serve: tools
+	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP)
 	$(BIN)/appliance serve $(SERVE_ARGS)
 
 # The fast tier in parallel: three workers on two cores, because a third of its time is tests
@@ -91,16 +120,21 @@ PARALLEL := -n 3 --dist worksteal
 
 # CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input
 # test). The engine tier runs serially: its tests pin engines to cores and time boots and drains.
-test: lint engine-cpu engine-ttnn haproxy systemd-tools checkov ansible prometheus
+test: test-environments lint haproxy systemd-tools prometheus
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
 
+test-environments: tools
+	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP) $(TTNN_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
+
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: setup systemd-tools checkov ansible prometheus
+test-fast: tools systemd-tools prometheus
+	@$(STEPS) $(APPLIANCE_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
 # Every test that boots an engine or runs an engine environment's interpreter (tests/conftest.py).
-test-engine: setup engine-cpu engine-ttnn haproxy ansible prometheus
+test-engine: tools haproxy prometheus
+	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP) $(TTNN_STEP) $(ANSIBLE_STEP)
 	$(BIN)/pytest -m engine
 
 lint: setup

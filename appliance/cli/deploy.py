@@ -13,7 +13,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance import __version__
 from appliance.cli import slots
-from appliance.cli.common import Command, findings, out, validated_config
+from appliance.cli.common import Command, err, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host import discover_host
@@ -65,7 +65,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.dry_run:
         out.print(recipe.script(), markup=False, end="")
         return 0
-    result = run_build(recipe, discover_host())
+    result = run_build(recipe, discover_host(), err.console)
     out.print(f"built engine={recipe.engine} in {result.seconds:.1f}s; manifest {recipe.manifest_path}", markup=False)
     return _print_manifest(result.manifest, as_json=False)
 

@@ -12,19 +12,24 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from appliance.config.schema import ComposedConfig, EngineKind
 from appliance.engines.manifest import EnvironmentManifest, read_manifest, write_manifest
 from appliance.engines.pins import BUILD_DIR, PinManifest, load_pins
+from appliance.engines.steps import SetupStep, run_steps
 from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host import HostFacts
 from appliance.resources import default_engines_dir
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["MANIFEST_NAME", "BuildRecipe", "BuildResult", "RunStep", "WriteStep", "build_recipe", "run_build"]
 
@@ -67,6 +72,8 @@ class BuildRecipe:
     manifest_path: str
     config_hash: str
     steps: tuple[Step, ...]
+    log_dir: str
+    """Where each step's output goes (`paths.log_dir`/build)."""
 
     def script(self) -> str:
         """The recipe as a shell script an operator could run by hand."""
@@ -97,7 +104,7 @@ def build_recipe(composed: ComposedConfig, environ: Mapping[str, str] | None = N
         env_dir = str(engines / "cpu")
         steps: tuple[Step, ...] = (
             RunStep("build the cpu engine venv from hash-locked pins", ("bash", str(BUILD_DIR / "cpu" / "install.sh"),
-                                                                        env_dir)),
+                                                                        env_dir), _uv_env(env)),
         )  # fmt: skip
     else:
         env_dir = _tt_env_dir(cfg.engine.python, env)
@@ -110,11 +117,16 @@ def build_recipe(composed: ComposedConfig, environ: Mapping[str, str] | None = N
         manifest_path=f"{env_dir}/{MANIFEST_NAME}",
         config_hash=composed.config_hash,
         steps=steps,
+        log_dir=str(Path(cfg.paths.log_dir) / "build"),
     )
 
 
-def run_build(recipe: BuildRecipe, host: HostFacts, environ: Mapping[str, str] | None = None) -> BuildResult:
-    """Run every step (the children's output goes to this process's stdout), then write the manifest."""
+def run_build(recipe: BuildRecipe, host: HostFacts, console: Console,
+              environ: Mapping[str, str] | None = None) -> BuildResult:  # fmt: skip
+    """Run every step in order, each shown on `console` with its output in a log, then write the manifest.
+
+    A failed step raises StepFailed naming the step, its last line and its log.
+    """
     env = dict(os.environ if environ is None else environ)
     if recipe.engine == "tt":
         _require_tt_host(recipe, host, env)
@@ -123,12 +135,18 @@ def run_build(recipe: BuildRecipe, host: HostFacts, environ: Mapping[str, str] |
         if isinstance(step, WriteStep):
             Path(step.path).write_text(step.content)
             continue
-        code = subprocess.run(step.argv, env=env | dict(step.env), check=False).returncode
-        if code != 0:
-            raise LaunchError(f"build step {number} ({step.title}) failed with exit code {code}: {step.shell()}")
+        log = Path(recipe.log_dir) / f"{recipe.engine}-{number}.log"
+        run_steps((SetupStep(f"{number}. {step.title}", step.argv, log, env | dict(step.env)),), console)
     manifest = read_manifest(recipe.engine, recipe.python, recipe.config_hash, host, env)
     write_manifest(manifest, Path(recipe.manifest_path))
     return BuildResult(recipe, manifest, time.monotonic() - started)
+
+
+def _uv_env(env: Mapping[str, str]) -> Mapping[str, str]:
+    """UV for install.sh: uv on PATH, else the one installed beside this interpreter (the appliance's `uv`)."""
+    beside = Path(sys.executable).with_name("uv")
+    found = shutil.which("uv", path=env.get("PATH")) or (str(beside) if beside.is_file() else "uv")
+    return MappingProxyType({"UV": found})
 
 
 def _tt_env_dir(python: str | None, env: Mapping[str, str]) -> str:
