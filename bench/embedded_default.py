@@ -9,9 +9,10 @@ Time to first answer is launch to the first chat reply. The appliance's start-up
 from its `/state` events: before the engine is spawned (host checks, model check or conversion)
 and the engine's own boot (spawn to ready); "on top" is warm minus bare. Each stream asks for
 --tokens completion tokens (ignore_eos); tokens/s is all of them over the wall time of the round.
-With --clone, `make serve` runs in a fresh `git clone` of this checkout, so `.venv` and
-`.engines/cpu` are built too (network and ~2 GB of disk; bench/build_cpu_engine.py times that
-build alone). Run from the repository root: `PYTHONPATH=. .venv/bin/python bench/embedded_default.py`.
+With --clone, `make serve` runs in a fresh `git clone` of this checkout, so `.tools/setup`, `.venv` and
+`.engines/cpu` are built too, from empty uv and pip caches (network and ~2 GB of disk;
+bench/build_cpu_engine.py times the engine's build alone). Every run prints the load average.
+Run from the repository root: `PYTHONPATH=. .venv/bin/python bench/embedded_default.py`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import httpx
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
+from appliance.control.client import SyncControlClient, Target
 from appliance.plan import build_plan
 from appliance.runtime.supervisor import engine_environment
 from tests.helpers import free_ports, stop_process
@@ -66,15 +68,20 @@ def wait_answer(base: str, model: str, proc: subprocess.Popen[bytes], started: f
 
 def spawned_at(control: str, token: str) -> float:
     """Wall-clock time of the engine's spawn: the supervisor's first event."""
-    state = httpx.get(f"{control}/state", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
-    return float(state["events"][0]["at"])
+    with SyncControlClient(Target("appliance", control, token), timeout_s=10) as api:
+        return api.state().events[0].at
 
 
 def make_serve(checkout: Path, cache: Path, ports: tuple[int, int], model: str, streams: list[int],
                tokens: int) -> tuple[Boot, dict[int, float]]:  # fmt: skip
-    """`make serve` on `ports`; its first answer, then tokens/s per stream count (none if `streams` is empty)."""
+    """`make serve` on `ports`; its first answer, then tokens/s per stream count (none if `streams` is empty).
+
+    The package caches (uv's, pip's) live beside `cache`: empty on the first run, so a clone's set-up
+    downloads everything, and filled for the warm one.
+    """
     token = secrets.token_urlsafe(16)
-    env = os.environ | {"APPLIANCE_CACHE_DIR": str(cache), "APPLIANCE_TOKEN": token}
+    packages = {"UV_CACHE_DIR": str(cache.parent / "uv-cache"), "PIP_CACHE_DIR": str(cache.parent / "pip-cache")}
+    env = os.environ | packages | {"APPLIANCE_CACHE_DIR": str(cache), "APPLIANCE_TOKEN": token}
     overrides = f"serving.port={ports[0]} control.port={ports[1]}"
     launched, started = time.time(), time.monotonic()
     proc = subprocess.Popen(["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"], env=env,
@@ -118,7 +125,8 @@ async def tokens_per_s(base: str, model: str, streams: int, tokens: int) -> floa
         return sum(done) / (time.perf_counter() - start)
 
 
-def report(rows: dict[str, Boot], rates: dict[str, dict[int, float]], streams: list[int]) -> None:
+def report(rows: dict[str, Boot], rates: dict[str, dict[int, float]], streams: list[int], load: str) -> None:
+    print(f"load average (1, 5, 15 min) {load}")
     print(f"{'run':<22}{'first answer':>14}{'before engine':>15}  answer")
     for name, boot in rows.items():
         before = "-" if boot.before_engine_s is None else f"{boot.before_engine_s:.1f} s"
@@ -140,6 +148,7 @@ def main() -> None:
     parser.add_argument("--clone", action="store_true", help="run `make serve` in a fresh clone (builds everything)")
     args = parser.parse_args()
     streams = [int(n) for n in args.streams.split(",")]
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="embedded-default-") as tmp:
         checkout = clone(Path(tmp)) if args.clone else ROOT
         cache, ports = Path(tmp) / "cache", free_ports(2)
@@ -148,7 +157,8 @@ def main() -> None:
         warm, appliance = make_serve(checkout, cache, ports, model, streams, args.tokens)
         raw, bare_rates, _ = bare(cache, ports[0], streams, args.tokens)
     rows = {"cold make serve": cold, "warm make serve": warm, "bare engine": raw}
-    report(rows, {"appliance": appliance, "bare": bare_rates}, streams)
+    load = " -> ".join(", ".join(f"{n:.2f}" for n in sample) for sample in (load_before, os.getloadavg()))
+    report(rows, {"appliance": appliance, "bare": bare_rates}, streams, f"before {load} after")
 
 
 def clone(tmp: Path) -> Path:

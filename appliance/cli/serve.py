@@ -62,7 +62,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     checks = check.host_checks_for_serve(validated, plan, host)
     with host_locks(plan, host):
         control = bind_control_socket(plan)
-        ensure_model(plan)
+        ensure_model(plan, err.console)
         if args.probe:
             engine_accepts(plan)
         token = control_token(plan)

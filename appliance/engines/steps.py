@@ -28,7 +28,7 @@ from rich.table import Column
 
 from appliance.errors import LaunchError
 
-__all__ = ["PROGRESS_PREFIX", "SetupStep", "StepFailed", "StepOutcome", "run_steps"]
+__all__ = ["PROGRESS_PREFIX", "SetupStep", "StepFailed", "StepFailure", "StepOutcome", "run_steps"]
 
 PROGRESS_PREFIX = "progress:"
 """A step's own scripts report counts as `progress: DONE/TOTAL UNIT` lines (e.g. bytes of a download)."""
@@ -57,8 +57,25 @@ class StepOutcome:
     last_line: str
 
 
+@dataclass(frozen=True, slots=True)
+class StepFailure:
+    name: str
+    code: int
+    seconds: float
+    last_line: str
+    log: Path
+
+    def render(self) -> str:
+        return (f"set-up step '{self.name}' failed with exit code {self.code} after {self.seconds:.0f} s: "
+                f"{self.last_line} (log: {self.log})")  # fmt: skip
+
+
 class StepFailed(LaunchError):
-    """A set-up step exited non-zero; the message names it, its exit code, its last line and its log."""
+    """Set-up steps exited non-zero; the message names each, its exit code, its last line and its log."""
+
+    def __init__(self, failures: tuple[StepFailure, ...]) -> None:
+        super().__init__("; ".join(failure.render() for failure in failures))
+        self.failures = failures
 
 
 @dataclass(slots=True)
@@ -150,16 +167,15 @@ def run_steps(steps: Sequence[SetupStep], console: Console, *, concurrent: bool 
             results = []
             for step in steps:
                 results.append(_run(step, display))
-                if isinstance(results[-1], str):
+                if isinstance(results[-1], StepFailure):
                     break
-    failed = [result for result in results if isinstance(result, str)]
-    if failed:
-        raise StepFailed("; ".join(failed))
+    if failed := tuple(result for result in results if isinstance(result, StepFailure)):
+        raise StepFailed(failed)
     return tuple(result for result in results if isinstance(result, StepOutcome))
 
 
-def _run(step: SetupStep, display: _Display) -> StepOutcome | str:
-    """Run one step into its log; its outcome, or the sentence that says how it failed."""
+def _run(step: SetupStep, display: _Display) -> StepOutcome | StepFailure:
+    """Run one step into its log; how it went."""
     step.log.parent.mkdir(parents=True, exist_ok=True)
     display.started(step.name)
     started, count = time.monotonic(), _Count()
@@ -169,7 +185,7 @@ def _run(step: SetupStep, display: _Display) -> StepOutcome | str:
     seconds = time.monotonic() - started
     display.ended(step.name, seconds, last, count, code)
     if code != 0:
-        return f"set-up step '{step.name}' failed with exit code {code} after {seconds:.0f} s: {last} (log: {step.log})"
+        return StepFailure(step.name, code, seconds, last, step.log)
     return StepOutcome(step.name, seconds, last)
 
 

