@@ -199,15 +199,16 @@ def _follow(step: SetupStep, write: Callable[[str], object], show: Callable[[str
     except OSError as error:
         write(f"cannot run {step.argv[0]}: {error.strerror}\n")
         return 127
-    assert child.stdout is not None  # piped above
-    status = ""
-    for raw in child.stdout:
-        write(raw)
-        if line := raw.strip():
-            count.read(line)
-            status = status if line.startswith(PROGRESS_PREFIX) else line
-            show(status)
-    return child.wait()
+    with child:
+        assert child.stdout is not None  # piped above
+        status = ""
+        for raw in child.stdout:
+            write(raw)
+            if line := raw.strip():
+                count.read(line)
+                status = status if line.startswith(PROGRESS_PREFIX) else line
+                show(status)
+    return child.returncode
 
 
 def _last_line(log: Path) -> str:
