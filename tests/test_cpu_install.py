@@ -7,6 +7,7 @@ listing), and pip fetches from it: the real PyTorch index is out of this machine
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +31,11 @@ def install(venv: Path, wheels: Path, index: str) -> subprocess.CompletedProcess
     return subprocess.run(["bash", str(INSTALL), str(venv)], env=env, capture_output=True, text=True, timeout=900)
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """(URL, folder) of a simple index served over HTTP: put `torch/<wheel>` in the folder."""
@@ -40,7 +46,7 @@ def index(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                                str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 20
-        while subprocess.run(["bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"], stderr=subprocess.DEVNULL).returncode:
+        while not listening(port):
             assert time.monotonic() < deadline, "the index server did not start"
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/", root
