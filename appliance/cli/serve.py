@@ -92,7 +92,7 @@ def _judge(args: argparse.Namespace) -> Planner:
 
     def judge(overrides: tuple[str, ...], against: str | None) -> Planned:
         planned = _planned(args, overrides, against)
-        ensure_model(planned.plan)
+        ensure_model(planned.plan, err.console)
         if args.probe:
             engine_accepts(planned.plan)
         return planned

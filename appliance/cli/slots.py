@@ -139,7 +139,7 @@ def serve_slots(args: argparse.Namespace) -> int:
     with hold_slot_locks(plan, host):
         control = bind_control_socket(plan.slots[0].plan)
         for slot in {s.plan.model_path: s for s in plan.slots}.values():  # slots may share a checkpoint
-            ensure_model(slot.plan)
+            ensure_model(slot.plan, err.console)
         for slot in plan.slots if args.probe else ():  # each slot's engine judges its own plan before any spawns
             err.print(f"slot {slot.name}:", markup=False)
             engine_accepts(slot.plan)
