@@ -47,6 +47,8 @@ class Boot:
     before_engine_s: float | None = None
     """Launch to the engine's spawn (the appliance's own work); None for the bare engine."""
     answer: str = ""
+    setup: tuple[str, ...] = ()
+    """`make serve`'s set-up lines (one per step start and end: it does not run on a terminal)."""
 
 
 def first_answer(base: str, model: str) -> str | None:
@@ -84,13 +86,16 @@ def make_serve(checkout: Path, cache: Path, ports: tuple[int, int], model: str, 
     env = os.environ | packages | {"APPLIANCE_CACHE_DIR": str(cache), "APPLIANCE_TOKEN": token}
     overrides = f"serving.port={ports[0]} control.port={ports[1]}"
     launched, started = time.time(), time.monotonic()
-    proc = subprocess.Popen(["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    output = cache.parent / "make-serve.log"
+    with output.open("wb") as log:
+        proc = subprocess.Popen(["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         seconds, answer = wait_answer(f"http://127.0.0.1:{ports[0]}", model, proc, started)
         before = spawned_at(f"http://127.0.0.1:{ports[1]}", token) - launched
         rates = {n: asyncio.run(tokens_per_s(f"http://127.0.0.1:{ports[0]}", model, n, tokens)) for n in streams}
-        return Boot(seconds, before, answer), rates
+        setup = tuple(line for line in output.read_text(errors="replace").splitlines() if line.startswith("[setup]"))
+        return Boot(seconds, before, answer, setup), rates
     finally:
         stop_process(proc)
 
@@ -131,6 +136,8 @@ def report(rows: dict[str, Boot], rates: dict[str, dict[int, float]], streams: l
     for name, boot in rows.items():
         before = "-" if boot.before_engine_s is None else f"{boot.before_engine_s:.1f} s"
         print(f"{name:<22}{boot.first_answer_s:>12.1f} s{before:>15}  {boot.answer!r}")
+    for name in ("cold make serve", "warm make serve"):
+        print(f"{name}'s set-up steps:", *rows[name].setup, sep="\n  ")
     warm, raw = rows["warm make serve"].first_answer_s, rows["bare engine"].first_answer_s
     cold = rows["cold make serve"].first_answer_s
     print(f"appliance on top of the engine: warm {warm - raw:+.1f} s, cold {cold - raw:+.1f} s (conversion included)")
