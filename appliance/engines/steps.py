@@ -32,7 +32,8 @@ __all__ = ["PROGRESS_PREFIX", "SetupStep", "StepFailed", "StepFailure", "StepOut
 
 PROGRESS_PREFIX = "progress:"
 """A step's own scripts report counts as `progress: DONE/TOTAL UNIT` lines (e.g. bytes of a download)."""
-# uv's summary lines: how many packages it resolved (the total), then prepared and installed (done).
+# What a line counts: the steps' own progress lines, then uv's summary lines (how many packages it
+# resolved: the total; then how many it prepared and installed: done).
 _COUNTS = (
     (re.compile(r"^progress: (?P<done>\d+)/(?P<total>\d+) (?P<unit>\w+)"), None),
     (re.compile(r"^Resolved (?P<total>\d+) packages?"), "packages"),
@@ -97,10 +98,10 @@ class _Count:
     def describe(self) -> str:
         if self.done is None and self.total is None:
             return ""
-        total = "?" if self.total is None else str(self.total)
         if self.unit == "bytes":
             total = "?" if self.total is None else f"{self.total / 1e6:.1f}"
             return f"{(self.done or 0) / 1e6:.1f}/{total} MB"
+        total = "?" if self.total is None else str(self.total)
         return f"{self.done or 0}/{total} {self.unit}".rstrip()
 
 
