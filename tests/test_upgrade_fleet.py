@@ -5,7 +5,8 @@ In order, on the same two appliances:
 0. bad input (a plugin state that does not exist, a site file naming an unreachable appliance) changes nothing;
 1. a canary that answers noise (the tiny random-weight model) fails its eval gate on the first appliance, which rolls
    itself back; the roll stops there and the second appliance is never touched;
-2. a real change (a smaller concurrency limit) passes every gate on both, one at a time;
+2. a real change (new engine pins, whose environment is built beside the running one, and a smaller concurrency
+   limit) passes every gate on both, one at a time;
 3. an appliance killed in the middle of an upgrade comes back on the generation it served before.
 The client loses no request in 1 and 2. The gates run a short eval set (tests/data/eval-upgrade-gate.yaml) and
 a short workload run; their tolerances are wide because both appliances share two busy cores.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -24,6 +26,8 @@ from pathlib import Path
 import pytest
 
 from appliance.control.documents import StateDocument
+from appliance.resources import build_dir
+from appliance.rollout.environments import pins_hash
 
 from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
 from .helpers import free_port
@@ -122,8 +126,11 @@ def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing
 ) -> None:
     a, b, site_file, url = site
     before = {"a": generation(a), "b": generation(b)}
+    recipe = tmp_path / "build"  # new engine pins: a recipe of its own, built beside the running environment
+    shutil.copytree(build_dir() / "cpu", recipe / "cpu")
+    environment = ROOT / ".engines" / f"cpu-{pins_hash(recipe / 'cpu')}"
     with ClosedLoop(url, streams=2, body=BODY) as load:
-        ran = roll(site_file, a, b, tmp_path, "serving.max_concurrency=8")
+        ran = roll(site_file, a, b, tmp_path, "--build-dir", str(recipe), "serving.max_concurrency=8")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     states = {"a": a.state(), "b": b.state()}
     for name, state in states.items():
@@ -134,6 +141,7 @@ def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing
         assert state.previous_generation is not None and state.previous_generation.id == before[name]
         assert {g.name for g in upgrade.gates} == {"ready", "capabilities", "eval", "goodput", "ttft_p95"}
         assert all(g.passed for g in upgrade.gates) and state.max_concurrency == 8
+        assert state.generation.engine_python == str(environment / "bin" / "python") == state.plan.argv[0]
     assert _one_at_a_time(states["a"], states["b"]), "the second upgrade began before the first ended"
     assert load.failures() == {} and load.outcomes["ok"] > 0, load.outcomes
 

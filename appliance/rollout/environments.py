@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Collection
 from pathlib import Path
 
@@ -47,7 +49,9 @@ def build_environment(engines_dir: Path, engine: str, build_dir: Path) -> Path:
         raise LaunchError(f"{recipe} has no install.sh: --build-dir must hold a recipe like build/")
     target = environment_dir(engines_dir, engine, build_dir)
     log.info("building the %s engine environment %s from %s", engine, target, recipe)
-    code = subprocess.run(["bash", str(recipe / "install.sh"), str(target)], check=False).returncode
+    uv = Path(sys.executable).with_name("uv")  # a dependency of the appliance: the recipe installs with it
+    env = os.environ | ({"UV": str(uv)} if uv.is_file() else {})
+    code = subprocess.run(["bash", str(recipe / "install.sh"), str(target)], env=env, check=False).returncode
     if code != 0:
         raise LaunchError(f"building {target} from {recipe} failed (exit {code}); the running generation is untouched")
     return target / "bin" / "python"
