@@ -4,11 +4,14 @@ refuses before anything changes."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from appliance.cli.upgrade import merged_overrides
 from appliance.control.upgrade_documents import GenerationDocument, StepDocument, UpgradeDocument
@@ -19,6 +22,8 @@ from appliance.rollout.gates import GateSettings, judge, load_gate_file, parse_s
 from appliance.rollout.generation import Journal, read_journal, resume, write_journal
 
 from .helpers import Cli, cpu_plan, free_port
+
+ANSIBLE = Path(__file__).resolve().parent.parent / ".tools" / "ansible" / "bin" / "ansible-playbook"
 
 OLD = GenerationDocument("aaaaaaaaaaaa", ("model=smollm2",), "/e/cpu/bin/python", 1.0)
 NEW = GenerationDocument("bbbbbbbbbbbb", ("model=smollm2", "serving.max_concurrency=8"), "/e/cpu/bin/python")
@@ -152,3 +157,31 @@ def test_new_pins_that_cannot_be_installed_fail_in_one_line_and_leave_the_runnin
     message = str(caught.value)
     assert message.startswith(f"building {environment_dir(tmp_path / 'engines', 'cpu', recipe)} from ")
     assert message.endswith("the running generation is untouched") and "\n" not in message
+
+
+def test_the_rendered_roll_judges_every_host_first_then_upgrades_one_at_a_time_and_never_holds_a_token(
+    cli: Cli, tmp_path: Path
+) -> None:
+    site = tmp_path / "lab.yaml"
+    site.write_text("- {name: a, url: 'http://127.0.0.1:8100', token_env: A_TOKEN}\n- {name: b, url: "
+                    "'https://lab-02.example:8100', token_env: B_TOKEN, ca_file: /etc/ca.pem}\n")  # fmt: skip
+    done = cli("render", "ansible", "serving.max_concurrency=8", "--site-file", str(site), "--out", str(tmp_path),
+               env={"A_TOKEN": "token-value-a", "B_TOKEN": "token-value-b"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    inventory, playbook = (tmp_path / "inventory.yml").read_text(), (tmp_path / "upgrade.yml").read_text()
+    assert "token-value" not in inventory + playbook + done.stdout
+    hosts = yaml.safe_load(inventory)["all"]["children"]["lab"]["hosts"]
+    assert hosts["a"]["ansible_connection"] == "local" and "ansible_connection" not in hosts["b"]
+    assert hosts["b"]["appliance_target"] == ["--url", "https://lab-02.example:8100", "--token-file", "/dev/stdin",
+                                              "--ca-file", "/etc/ca.pem"]  # fmt: skip
+    judge, roll = yaml.safe_load(playbook)
+    assert judge["any_errors_fatal"] is True and "serial" not in judge
+    assert roll["serial"] == 1 and roll["max_fail_percentage"] == 0 and roll["vars"]["upgrade_args"] == [
+        "serving.max_concurrency=8"]  # fmt: skip
+    tasks = [judge["tasks"][0]["block"][0], roll["tasks"][0]["block"][0]]
+    assert [t["ansible.builtin.command"]["argv"].count("'--check'") for t in tasks] == [1, 0]
+    assert all(t["no_log"] and "appliance_token_env" in t["ansible.builtin.command"]["stdin"] for t in tasks)
+    checked = subprocess.run([str(ANSIBLE), "--syntax-check", "-i", str(tmp_path / "inventory.yml"),
+                              str(tmp_path / "upgrade.yml")], capture_output=True, text=True,
+                             env=os.environ | {"ANSIBLE_HOME": str(tmp_path / "ansible-home")})  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr

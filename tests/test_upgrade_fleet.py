@@ -71,8 +71,10 @@ def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -
     assert rendered.returncode == 0, rendered.stderr
     env = os.environ | tokens(a, b) | {"ANSIBLE_HOME": str(tmp / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
     extra = json.dumps({"upgrade_args": [*upgrade_args, *GATES]})
-    return subprocess.run([str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra],
-                          capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
+    ran = subprocess.run([str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra],
+                         capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
+    assert a.token not in ran.stdout + ran.stderr and b.token not in ran.stdout + ran.stderr
+    return ran
 
 
 def generation(served: Served) -> str:

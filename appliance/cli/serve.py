@@ -132,15 +132,16 @@ def _announce(plan: LaunchPlan, description: str) -> None:
 
 
 def control_token(args: argparse.Namespace) -> str:
-    token = os.environ.get(args.token_env, "")
-    if not token and args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as error:
-            problem = Problem("token-file", "--token-file", f"cannot read {args.token_file}: {error.strerror}",
-                              "Pass the token file `serve` printed, or set the token env var")  # fmt: skip
-            raise ConfigError((problem,)) from None
-    return token
+    """The control token: from `--token-file` when given (`/dev/stdin` reads it from a pipe, out of the process
+    list), else from the variable `--token-env` names."""
+    if not args.token_file:
+        return os.environ.get(args.token_env, "")
+    try:
+        return Path(args.token_file).read_text().strip()
+    except OSError as error:
+        problem = Problem("token-file", "--token-file", f"cannot read {args.token_file}: {error.strerror}",
+                          "Pass the token file `serve` printed, or set the token env var")  # fmt: skip
+        raise ConfigError((problem,)) from None
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

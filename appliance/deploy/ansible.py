@@ -8,7 +8,8 @@ Two plays over the site's appliances (one inventory group, from the site file):
    (`max_fail_percentage: 0`), the hosts after it untouched.
 
 Each host's control token is read from the controller's environment by the variable the site file names
-(`lookup('ansible.builtin.env', ...)` at run time): no value is written in the files. The change is the
+(`lookup('ansible.builtin.env', ...)` at run time) and handed to `appliance upgrade --token-file /dev/stdin`: no
+value is written in the files, shown in Ansible's output or put in a process's arguments. The change is the
 playbook's `upgrade_args` (overrides and `appliance upgrade` flags), set at render time and overridable with
 `ansible-playbook -e`.
 """
@@ -53,7 +54,7 @@ def render_ansible(site: str, entries: Sequence[Appliance], appliance: Sequence[
 def _host_vars(entry: Appliance) -> dict[str, Any]:
     host = urlsplit(entry.url).hostname or ""
     url = entry.url.rstrip("/")
-    target = ["--url", url, "--token-env", entry.token_env, *(["--ca-file", entry.ca_file] if entry.ca_file else [])]
+    target = ["--url", url, "--token-file", "/dev/stdin", *(["--ca-file", entry.ca_file] if entry.ca_file else [])]
     found: dict[str, Any] = {"ansible_host": host, "appliance_url": url, "appliance_token_env": entry.token_env,
                              "appliance_target": target}  # fmt: skip
     if _loopback(host):
@@ -77,11 +78,20 @@ def _upgrade_task(name: str, check: bool) -> dict[str, Any]:
     )
     return {
         "name": name,
-        "ansible.builtin.command": {"argv": argv},
-        "environment": "{{ {appliance_token_env: lookup('ansible.builtin.env', appliance_token_env)} }}",
+        # The token reaches the command on its stdin: neither its argv nor its environment (both in the process
+        # list) nor the task's shown arguments (no_log; `said` shows the command's own last line) carry it.
+        "ansible.builtin.command": {"argv": argv, "stdin": "{{ lookup('ansible.builtin.env', appliance_token_env) }}"},
+        "no_log": True,
         "register": "upgrade",
         "changed_when": False if check else "'upgrade passed' in upgrade.stdout",
     }
+
+
+def _said(name: str) -> dict[str, Any]:
+    """Fail with what `appliance upgrade` said last (its refusal on stderr, else its outcome on stdout)."""
+    lines = "((upgrade.stdout_lines | default([])) + (upgrade.stderr_lines | default([])))"
+    return {"name": name, "ansible.builtin.fail": {"msg": f"{{{{ {lines} | last | default('appliance upgrade "
+                                                         "failed') }}}}"}}  # fmt: skip
 
 
 def _judge_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +101,12 @@ def _judge_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
         "gather_facts": False,
         "any_errors_fatal": True,
         "vars": variables,
-        "tasks": [_upgrade_task("the appliance answers and accepts the new generation", check=True)],
+        "tasks": [
+            {
+                "block": [_upgrade_task("the appliance answers and accepts the new generation", check=True)],
+                "rescue": [_said("stop before any appliance changes")],
+            }
+        ],
     }
 
 
@@ -108,10 +123,6 @@ def _upgrade_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
         "retries": _READY_RETRIES,
         "delay": _READY_DELAY_S,
     }
-    failed = {
-        "name": "stop the roll at the failed gate",
-        "ansible.builtin.fail": {"msg": "{{ upgrade.stdout_lines[-1] | default('appliance upgrade failed') }}"},
-    }
     return {
         "name": "upgrade one appliance at a time behind its gates",
         "hosts": group,
@@ -122,7 +133,7 @@ def _upgrade_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
         "tasks": [{
             "block": [_upgrade_task("appliance upgrade (the appliance rolls itself back if a gate fails)", False),
                       serving],
-            "rescue": [serving, failed],
+            "rescue": [serving, _said("stop the roll at the failed gate")],
         }],
     }  # fmt: skip
 
