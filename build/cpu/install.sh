@@ -45,19 +45,24 @@ mapfile -t removed < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' -e 's/==.*//' "$h
 log() { printf '[install-cpu-engine] %s\n' "$*" >&2; }
 
 want="$(sha256sum "$req" | cut -d' ' -f1)"
-if [[ -x "$venv/bin/python" && -f "$stamp" && "$(head -n1 "$stamp")" == "$want" ]]; then
-    log "up to date: $venv (requirements sha256 $want)"
-    touch "$stamp" # newer than the recipe, so make does not ask again
-    exit 0
-fi
+up_to_date() {
+    if [[ -x "$venv/bin/python" && -f "$stamp" && "$(head -n1 "$stamp")" == "$want" ]]; then
+        log "up to date: $venv (requirements sha256 $want)"
+        touch "$stamp" # newer than the recipe, so make does not ask again
+        exit 0
+    fi
+}
+up_to_date
 
 mkdir -p "$(dirname "$venv")"
 venv="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"
 stamp="$venv/.appliance-engine-ok"
 
-# One install at a time per venv.
+# One install at a time per venv; one that waited for another finds the venv built (two upgrades building the
+# same new environment beside the old one), and leaves it alone.
 exec 9>"$(dirname "$venv")/.$(basename "$venv").install-lock"
 flock 9
+up_to_date
 
 if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
     log "error: $python is not CPython 3.11 (torch 2.13.0+cpu wheel is cp311)"
