@@ -27,7 +27,7 @@ import pytest
 
 from appliance.control.documents import StateDocument
 from appliance.resources import build_dir
-from appliance.rollout.environments import pins_hash
+from appliance.rollout.environments import build_environment, pins_hash
 
 from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
 from .helpers import free_port
@@ -131,6 +131,9 @@ def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing
     recipe = tmp_path / "build"  # new engine pins: a recipe of its own, built beside the running environment
     shutil.copytree(build_dir() / "cpu", recipe / "cpu")
     environment = ROOT / ".engines" / f"cpu-{pins_hash(recipe / 'cpu')}"
+    # Built before the client's load starts, by the code the upgrade runs, which then finds it built: under load the
+    # two engines' workers hold both cores and the build takes minutes instead of 20 s.
+    assert build_environment(ROOT / ".engines", "cpu", recipe) == environment / "bin" / "python"
     with ClosedLoop(url, streams=2, body=BODY) as load:
         ran = roll(site_file, a, b, tmp_path, "--build-dir", str(recipe), "serving.max_concurrency=8")
     assert ran.returncode == 0, ran.stdout + ran.stderr
