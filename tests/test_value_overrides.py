@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from appliance.config.compose import CONF_DIR, compose_tree, composition_inputs
+from appliance.config.compose import CONF_DIR, compose_tree, composition_inputs, group_options
 from appliance.config.problems import hydra_problem
 from appliance.errors import ConfigError
 
@@ -38,7 +38,7 @@ def _own_cache() -> Iterator[None]:
         yield
 
 
-def whole(normalized: tuple[str, ...], extra_root: Path | None) -> Outcome:
+def whole(normalized: tuple[str, ...], site_dir: Path | None, extra_root: Path | None) -> Outcome:
     """One Hydra composition of every override, its own node removed, resolved (or the problem it raises)."""
     import yaml
     from hydra import compose, initialize_config_dir
@@ -55,7 +55,7 @@ def whole(normalized: tuple[str, ...], extra_root: Path | None) -> Outcome:
             del cfg["hydra"]
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as err:
-        return hydra_problem(err).render()
+        return hydra_problem(err, lambda group: group_options(group, site_dir)).render()  # the same nearest names
     assert isinstance(raw, dict)
     return raw, choices
 
@@ -74,7 +74,7 @@ def same_both_ways(overrides: list[str], site_dir: Path | None = None, extra_roo
         normalized, _, _ = composition_inputs(overrides, None, None)
     except ConfigError as err:
         return str(err)  # refused before composing (`mesh=`): neither step runs
-    expected = whole(normalized, extra_root)
+    expected = whole(normalized, site_dir, extra_root)
     assert in_two_steps(normalized, site_dir, extra_root) == expected  # the merge built
     assert in_two_steps(normalized, site_dir, extra_root) == expected  # the merge read back
     return expected
