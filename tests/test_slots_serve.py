@@ -108,8 +108,9 @@ def test_both_slots_answer_and_the_api_lists_each_with_its_engine(pair: Pair) ->
     status = subprocess.run([str(Path(sys.executable).parent / "appliance"), "status", "--url", pair.appliance.url],
                             env=os.environ | {"APPLIANCE_TOKEN": pair.appliance.token}, capture_output=True,
                             text=True, timeout=60)  # fmt: skip
-    rows = status.stdout.splitlines()
-    assert status.returncode == 0 and rows[0].startswith("left  ready  ") and rows[-2].startswith("right  ready  ")
+    slot_rows = [row for row in status.stdout.splitlines() if not row.startswith("  ")]  # details are indented
+    assert status.returncode == 0
+    assert [row.split("  ")[:2] for row in slot_rows] == [["left", "ready"], ["right", "ready"]]
 
 
 async def test_the_console_shows_the_slots_like_a_fleet_and_enter_drills_in(pair: Pair) -> None:

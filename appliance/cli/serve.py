@@ -147,7 +147,6 @@ def control_token(args: argparse.Namespace) -> str:
 def _cmd_status(args: argparse.Namespace) -> int:
     from appliance.control.client import SyncControlClient, Target, slot_target
     from appliance.control.documents import dump
-    from appliance.control.upgrade_documents import generation_lines
 
     appliance = Target(args.url, args.url.rstrip("/"), control_token(args), args.ca_file)
     with SyncControlClient(appliance) as api:
@@ -165,20 +164,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"site {state.site}  pid {state.pid}  up {uptime}  restarts {state.restarts}  config {state.config_hash}",
             markup=False,
         )
-        if state.boot is not None:
-            out.print(_boot_line(state.boot), markup=False)
-        for line in generation_lines(state.generation, state.previous_generation, state.upgrade):
-            out.print(line, markup=False)
-        if state.quarantined:
-            out.print("quarantined: the device fault came back after a board reset; the host needs hands", markup=False)
-        if state.last_error:
-            out.print(f"last error: {state.last_error}", markup=False)
-        if cancelled := _cancelled(state):
-            out.print(f"last drain: {cancelled}", markup=False)
-        for line in state.capabilities.verdict() if state.capabilities else ():
-            out.print(line, markup=False)
-        if load is not None:
-            out.print(_load_line(load, state.max_concurrency), markup=False)
+        indent = "  " if name else ""  # a slot's details sit under its own line
+        for line in _detail_lines(state, load):
+            out.print(indent + line, markup=False)
     return 0
 
 
@@ -198,6 +186,24 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     cancelled = _cancelled(now) if now.state == "stopped" else ""  # else it is an earlier drain's
     out.print(f"engine {now.state}" + (f"; {cancelled}" if cancelled else ""), markup=False)
     return 0
+
+
+def _detail_lines(state: StateDocument, load: LoadSummary | None) -> list[str]:
+    """What status says of one engine under its line: boot, generation, faults, capabilities, load."""
+    from appliance.control.upgrade_documents import generation_lines
+
+    lines = [_boot_line(state.boot)] if state.boot is not None else []
+    lines += generation_lines(state.generation, state.previous_generation, state.upgrade)
+    if state.quarantined:
+        lines.append("quarantined: the device fault came back after a board reset; the host needs hands")
+    if state.last_error:
+        lines.append(f"last error: {state.last_error}")
+    if cancelled := _cancelled(state):
+        lines.append(f"last drain: {cancelled}")
+    lines += state.capabilities.verdict() if state.capabilities else ()
+    if load is not None:
+        lines.append(_load_line(load, state.max_concurrency))
+    return lines
 
 
 def _cancelled(state: StateDocument) -> str:
