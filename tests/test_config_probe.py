@@ -18,6 +18,7 @@ from appliance.cli.engine_verdict import installed_classes
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
+from appliance.engines.engine_env import run_probe
 
 from .appliance_process import free_ports, seed_tiny_model, serve_command
 from .helpers import TINY, Cli
@@ -85,6 +86,15 @@ def test_a_probe_that_hangs_or_crashes_is_one_line_naming_the_engine_and_exit_3(
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert line.startswith("error: config-time probe of engine cpu failed: ") and says in line
     assert "--no-probe" in line and "Traceback" not in done.stderr
+
+
+def test_the_probe_leads_its_own_process_group_in_the_callers_session(tmp_path: Path, cpu_engine: Path) -> None:
+    """Its group is killed whole at the bound; a session of its own would be starved beside a busy engine
+    (autogroup scheduling gave a new session 4% of a core next to two serving CPU engines, the caller's 49%)."""
+    fields = ", ".join(f'\\"{name}\\": $(ps -o {name}= -p $$)' for name in ("sid", "pgid", "pid"))
+    said = f'echo "@@appliance-probe@@ {{{fields}}}"; exit 0'
+    found = run_probe(str(probe_wrapper(tmp_path, cpu_engine, said)), "config", 30, (), {"PATH": os.environ["PATH"]})
+    assert found["sid"] == os.getsid(0) and found["pgid"] == found["pid"] != os.getpgid(0), found
 
 
 def test_check_reports_the_engines_verdict(cli: Cli) -> None:

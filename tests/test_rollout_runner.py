@@ -20,7 +20,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.control.api import create_app
 from appliance.control.upgrade_documents import GenerationDocument
-from appliance.errors import ConfigError, Problem
+from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.plan import LaunchPlan
 from appliance.rollout.generation import Journal, journal_path, read_journal
 from appliance.rollout.runner import Planned, Upgrader
@@ -50,6 +50,8 @@ class Site:
 
     def judge(self, overrides: tuple[str, ...], against: str | None) -> Planned:
         self.judged.append(overrides)
+        if overrides == ("hung",):  # as engine_verdict.engine_accepts says of a probe past its bound
+            raise LaunchError("config-time probe of engine cpu failed: the config probe did not finish within 120s")
         if overrides not in self.plans:
             raise ConfigError((Problem("bad-override", overrides[0], "is not a config key"),))
         return Planned(self.validated, self.plans[overrides])
@@ -150,6 +152,7 @@ async def test_refusals_change_nothing_and_name_their_reason(site: Site) -> None
     cases = {
         ("moved",): (400, "upgrade-moves"),
         ("unknown",): (400, "bad-override"),
+        ("hung",): (503, "cannot judge the new generation: config-time probe"),
     }
     for overrides, (status, code) in cases.items():
         reply = await post(site, overrides)

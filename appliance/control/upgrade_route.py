@@ -3,9 +3,10 @@
 The body is `{"overrides": [...], "against": "vllm=X" or null, "gates": {...}, "check": false}`: the new
 generation's full override list, its plugin state (null: the pinned one) and the gate settings
 (`appliance.rollout.gates.GateSettings` fields). The appliance judges it with its own files and environment, as
-its `serve` would. A refusal is 400 with its one-line reason (409 while another upgrade runs); 202 with the
-upgrade started; 200 with the record when only checked, or when the overrides give the generation already
-serving (its old and new are then one).
+its `serve` would. A refusal is 400 with its one-line reason (409 while another upgrade runs; 503 when the
+judge cannot give a verdict, e.g. the engine's config probe ran past its bound); 202 with the upgrade started;
+200 with the record when only checked, or when the overrides give the generation already serving (its old and
+new are then one).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from appliance.control.documents import StateDocument, render
 from appliance.control.sources import Upgrades
-from appliance.errors import ConfigError
+from appliance.errors import ApplianceError, ConfigError
 
 __all__ = ["upgrade_handler", "with_generations"]
 
@@ -52,6 +53,8 @@ def upgrade_handler(upgrades: Upgrades | None) -> Handler:
         except ConfigError as error:
             status = 409 if error.problems[0].code == "upgrade-running" else 400
             return _error("; ".join(p.render() for p in error.problems), status)
+        except ApplianceError as error:  # no verdict (the probe hung or crashed): nothing changed, try again later
+            return _error(f"cannot judge the new generation: {error}", 503)
         started = body.get("check") is not True and record.old.id != record.new.id
         return Response(render(record), status_code=202 if started else 200, media_type="application/json")
 

@@ -91,7 +91,7 @@ def _said(name: str) -> dict[str, Any]:
     """Fail with what `appliance upgrade` said last (its refusal on stderr, else its outcome on stdout)."""
     lines = "((upgrade.stdout_lines | default([])) + (upgrade.stderr_lines | default([])))"
     return {"name": name, "ansible.builtin.fail": {"msg": f"{{{{ {lines} | last | default('appliance upgrade "
-                                                         "failed') }}}}"}}  # fmt: skip
+                                                         "failed') }}"}}  # fmt: skip
 
 
 def _judge_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:

@@ -145,7 +145,9 @@ def run_probe(
     """Run the probe script's `mode` in `python` and return its JSON result; LaunchError when it cannot.
 
     With `env` the probe runs as the engine would (that environment, not isolated: PYTHONPATH holds engine-side
-    code); without, isolated (`-I`). It leads a process group, so a timeout kills whatever it started.
+    code); without, isolated (`-I`). It leads a process group, so a timeout kills whatever it started, but stays
+    in the caller's session: with autogroup scheduling a session of its own gets a session's share of the CPU, and
+    beside a serving CPU engine (an upgrade's judge) that was 4% of a core, a 7 s probe past its 120 s bound.
     """
     if not Path(python).is_file():
         raise LaunchError(f"engine interpreter {python} does not exist")
@@ -155,7 +157,7 @@ def run_probe(
         # absolute() and not resolve(): a venv's python is a symlink that must stay one.
         argv = [str(Path(python).absolute()), *flags, str(PROBE_SCRIPT), mode, MARKER, *args]
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                              env=None if env is None else dict(env), start_new_session=True) as child:  # fmt: skip
+                              env=None if env is None else dict(env), preexec_fn=os.setpgrp) as child:  # fmt: skip
             try:
                 stdout, stderr = child.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
