@@ -146,8 +146,8 @@ def run_probe(
 
     With `env` the probe runs as the engine would (that environment, not isolated: PYTHONPATH holds engine-side
     code); without, isolated (`-I`). It leads a process group, so a timeout kills whatever it started, but stays
-    in the caller's session: with autogroup scheduling a session of its own gets a session's share of the CPU, and
-    beside a serving CPU engine (an upgrade's judge) that was 4% of a core, a 7 s probe past its 120 s bound.
+    in the caller's session: under autogroup scheduling a session of its own got 4% of a core beside two serving
+    CPU engines (the caller's 49%), and an upgrade's judge, a 7 s probe when idle, ran past its 120 s bound.
     """
     if not Path(python).is_file():
         raise LaunchError(f"engine interpreter {python} does not exist")
