@@ -20,7 +20,7 @@ from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_
 from appliance.compat.contract import flag_names
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
-from appliance.config.schema import ApplianceConfig, ControlConfig, EngineKind, SupervisorConfig
+from appliance.config.schema import ApplianceConfig, ControlConfig, EngineKind, HostShare, SupervisorConfig
 from appliance.errors import Problem
 from appliance.resources import default_engines_dir, engine_plugins_dir
 
@@ -79,6 +79,8 @@ class LaunchPlan:
     records cannot say and the engine's default decides."""
     probe_timeout_s: float = 300.0
     """engine.probe_timeout_s: how long the config-time probe may take before it is killed."""
+    host_share: HostShare | None = None
+    """engine.host_share: the engine's (and the probe's) bounded CPU share; None: the appliance's."""
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -139,6 +141,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         adjustments=plugin_adjustments(validated),
         expected=MappingProxyType(_expected(validated)),
         probe_timeout_s=cfg.engine.probe_timeout_s,
+        host_share=cfg.engine.host_share,
     )
 
 

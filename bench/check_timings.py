@@ -18,7 +18,7 @@ from appliance.compat.matrix import load_matrix
 from appliance.compat.resolve import resolve_config
 from appliance.compat.validate import validate
 from appliance.engines.engine_env import inspect_engine, probe_ttnn
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
 from appliance.preflight.checks import HostCheckInput, host_checks
 from appliance.preflight.isolation import scan_core

@@ -44,7 +44,7 @@ from appliance.config.schema import ControlTls
 from appliance.control.api import create_app
 from appliance.control.sources import Sources
 from appliance.control.tls import uvicorn_tls
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan, build_plan
 from appliance.preflight.checks import CheckResult

@@ -15,7 +15,7 @@ from appliance.compat.matrix import load_matrix
 from appliance.compat.resolve import resolve_config
 from appliance.compat.validate import validate
 from appliance.errors import LaunchError
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
 from appliance.preflight.checks import HostCheckInput, host_checks, params_from_name, require_host_ready
 

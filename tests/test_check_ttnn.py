@@ -11,7 +11,7 @@ from pathlib import Path
 import filelock
 
 from appliance.engines.engine_env import probe_ttnn
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 from appliance.preflight.checks import HostCheckInput
 from appliance.preflight.pilot import ttnn_check
 

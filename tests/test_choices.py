@@ -15,7 +15,7 @@ from appliance.compat.matrix import load_matrix
 from appliance.compat.resolve import resolve_config
 from appliance.config.choices import group_choices
 from appliance.config.compose import compose_config, composition_inputs, defaults_choices, group_selections
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 
 HOSTS = Path(__file__).with_name("data") / "hosts"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.deploy.sites import list_sites, plan_sites
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 
 from .helpers import Cli
 

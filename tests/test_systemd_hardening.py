@@ -16,7 +16,7 @@ from appliance.plan import build_plan
 
 from .helpers import Cli
 
-MAX_EXPOSURE = 4.0
+MAX_EXPOSURE = 2.0  # issue 41: the delegated cgroup (engine.host_share) keeps the unit at 2.0 or below
 CONFIGS = {"tt": ("+model=llama", "mesh=t3k"), "cpu": ()}
 
 
@@ -32,7 +32,7 @@ def analyze(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_the_unit_rates_at_most_4_by_systemd_analyze_security(cli: Cli, tmp_path: Path, name: str) -> None:
+def test_the_unit_rates_at_most_2_by_systemd_analyze_security(cli: Cli, tmp_path: Path, name: str) -> None:
     unit = unit_file(cli, tmp_path, CONFIGS[name])
     rated = analyze("security", "--offline=true", str(unit))
     assert rated.returncode == 0, rated.stderr

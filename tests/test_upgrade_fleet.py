@@ -21,6 +21,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -69,12 +70,42 @@ def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -
     rendered = subprocess.run([APPLIANCE, "render", "ansible", "--site-file",
                                str(site_file), "--out", str(tmp)], capture_output=True, text=True)  # fmt: skip
     assert rendered.returncode == 0, rendered.stderr
-    env = os.environ | tokens(a, b) | {"ANSIBLE_HOME": str(tmp / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
+    env = (
+        os.environ
+        | tokens(a, b)
+        | {
+            "ANSIBLE_HOME": str(tmp / "ansible-home"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_LOG_PATH": str(tmp / "ansible.log"),
+        }
+    )
     extra = json.dumps({"upgrade_args": [*upgrade_args, *GATES]})
+    started = time.time()
     ran = subprocess.run([str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra],
                          capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
     assert a.token not in ran.stdout + ran.stderr and b.token not in ran.stdout + ran.stderr
+    print(timeline(started, tmp / "ansible.log", {"a": a, "b": b}))
     return ran
+
+
+def timeline(started: float, log: Path, appliances: dict[str, Served]) -> str:
+    """The roll step by step (shown with `pytest -s` or `-rP`): each appliance's upgrade steps, then the task lines
+    of Ansible's own log (ANSIBLE_LOG_PATH stamps each), in seconds from the roll's start."""
+    lines = [f"roll: {time.time() - started:.1f} s"]
+    for name, served in appliances.items():
+        upgrade = served.state().upgrade
+        if upgrade is None or upgrade.started < started:
+            continue
+        lines.append(f"  {name} accepted at {upgrade.started - started:.1f} s, {upgrade.outcome}")
+        for step in upgrade.steps:
+            ended = step.ended or time.time()
+            lines.append(f"  {name} {step.name}: {step.started - started:.1f} -> {ended - started:.1f} s")
+    for line in log.read_text().splitlines() if log.is_file() else ():
+        stamp, _, said = line.partition(" | ")
+        if said.startswith(("TASK", "PLAY", "ok:", "fatal:", "changed:")):
+            at = datetime.strptime(stamp.split(" p=")[0], "%Y-%m-%d %H:%M:%S,%f").timestamp() - started
+            lines.append(f"  ansible {at:7.1f} s {said[:100]}")
+    return "\n".join(lines)
 
 
 def generation(served: Served) -> str:

@@ -10,7 +10,7 @@ from appliance.compat.matrix import load_matrix
 from appliance.compat.resolve import resolve_config
 from appliance.compat.validate import ValidatedConfig, validate
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts, discover_host
+from appliance.host.discovery import HostFacts, discover_host
 from appliance.plan import LaunchPlan, build_plan
 from appliance.preflight.checks import CheckResult
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the stages are imported by the functions that run them: eac
     from appliance.compat.matrix import CompatibilityMatrix
     from appliance.compat.validate import ValidatedConfig
     from appliance.config.schema import ComposedConfig
-    from appliance.host import HostFacts
+    from appliance.host.discovery import HostFacts
 
 __all__ = ["Command", "Output", "composed_config", "err", "findings", "out", "validated_config"]
 
@@ -86,7 +86,7 @@ def composed_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> Co
 
 
 def _host_facts() -> HostFacts:
-    from appliance.host import discover_host  # here: only mesh=auto looks at the host (subprocess and all)
+    from appliance.host.discovery import discover_host  # here: only mesh=auto looks at the host (subprocess and all)
 
     return discover_host()
 

@@ -86,7 +86,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _probe(plan: LaunchPlan) -> EngineVerdict:
     """The engine's verdict, with the embedded model built first (the engine reads its config.json)."""
     from appliance.cli.engine_verdict import ask_engine
-    from appliance.host import discover_host
+    from appliance.host.discovery import discover_host
     from appliance.serve import ensure_model, preflight
 
     host = discover_host()
@@ -102,6 +102,10 @@ def _print_plan(plan: LaunchPlan) -> None:
     out.print(f"# ready when {plan.health_url} answers, within {plan.ready_timeout_s:.0f}s", markup=False)
     if plan.plugin_state:
         out.print(f"# judged under vllm-tt-plugin state {plan.plugin_state}", markup=False)
+    if share := plan.host_share:
+        cores = f"the host's less the {share.reserve_cores} lowest" if share.reserve_cores else "every core"
+        out.print(f"# host share: the engine and its probe in a cgroup of their own at CPU weight {share.weight} "
+                  f"(an ordinary process: 100), on {cores}", markup=False)  # fmt: skip
     for change in plan.adjustments:
         how = "set in this plan" if change.explicit else "the plugin's doing"
         out.print(f"# the plugin adjusts ({how}): {change.effect}", markup=False)

@@ -16,7 +16,7 @@ from appliance.cli import slots
 from appliance.cli.common import Command, err, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ConfigError, LaunchError, Problem
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
 
 __all__ = ["plan_all_sites", "register"]

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from appliance.compat.validate import InstalledClasses, ValidatedConfig
     from appliance.config.schema import ComposedConfig
     from appliance.engines.config_probe import EngineVerdict
-    from appliance.host import Board
+    from appliance.host.discovery import Board
     from appliance.plan import LaunchPlan
 
 __all__ = [

@@ -14,7 +14,7 @@ from appliance.cli.common import Command, err, out
 from appliance.cli.engine_verdict import engine_accepts, validated_for
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ApiError, ConfigError, EngineError, Problem
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 from appliance.plan import LaunchPlan, build_plan
 
 if TYPE_CHECKING:
@@ -201,6 +201,8 @@ def _detail_lines(state: StateDocument, load: LoadSummary | None) -> list[str]:
     if cancelled := _cancelled(state):
         lines.append(f"last drain: {cancelled}")
     lines += state.capabilities.verdict() if state.capabilities else ()
+    if state.host_share:
+        lines.append(f"host share: {state.host_share}")
     if load is not None:
         lines.append(_load_line(load, state.max_concurrency))
     return lines

@@ -11,7 +11,7 @@ from typing import Any
 from appliance.cli.common import err, findings, out
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ConfigError
-from appliance.host import discover_host
+from appliance.host.discovery import discover_host
 from appliance.slots.declare import load_slots, slots_choice
 from appliance.slots.plan import HostPlan, fit_problems, owned, plan_host
 

@@ -116,13 +116,16 @@ def _follow(api: SyncControlClient, started: float, quiet: bool) -> UpgradeDocum
     """Each step as it ends and each gate as it is judged, until the upgrade ends."""
     steps = gates = 0
     while True:
+        # The appliance died mid-upgrade, whichever moment: unreachable, back with another record, or back with this
+        # one journaled as interrupted. It comes back on a whole generation; said one way, exit 4.
         try:
             upgrade = api.state().upgrade
-        except ApiError as error:  # the appliance restarting mid-upgrade: it comes back on a whole generation
-            lost = f"lost the appliance mid-upgrade ({error}); `appliance status` says which generation it serves"
-            raise EngineError(lost) from None
+        except ApiError as error:
+            raise _lost(api, str(error)) from None
         if upgrade is None or upgrade.started != started:
-            raise EngineError(f"{api.target.name}: the upgrade's record is gone; `appliance status` says more")
+            raise _lost(api, "it answers again without this upgrade's record")
+        if upgrade.outcome == "interrupted":
+            raise _lost(api, f"its upgrade was {upgrade.reason}")
         ended = [s for s in upgrade.steps if s.ended is not None]
         lines = [_step_line(s.name, s.started, s.ended, s.detail) for s in ended[steps:]]
         lines += [g.render() for g in upgrade.gates[gates:]]
@@ -132,6 +135,11 @@ def _follow(api: SyncControlClient, started: float, quiet: bool) -> UpgradeDocum
         if upgrade.outcome != "running":
             return upgrade
         time.sleep(1.0)
+
+
+def _lost(api: SyncControlClient, why: str) -> EngineError:
+    return EngineError(f"{api.target.name}: lost the appliance mid-upgrade ({why}); `appliance status` says which "
+                       "generation it serves")  # fmt: skip
 
 
 def _step_line(name: str, started: float, ended: float | None, detail: str) -> str:

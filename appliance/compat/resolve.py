@@ -18,7 +18,7 @@ from appliance.config.schema import ComposedConfig
 from appliance.errors import ConfigError, Problem
 
 if TYPE_CHECKING:  # only mesh=auto looks at the host, through the callable it is given
-    from appliance.host import HostFacts
+    from appliance.host.discovery import HostFacts
 
 __all__ = ["mesh_for_host", "resolve_config"]
 

@@ -23,6 +23,7 @@ __all__ = [
     "EngineConfig",
     "EngineKind",
     "FeaturesConfig",
+    "HostShare",
     "LengthDistribution",
     "MeshConfig",
     "ModelConfig",
@@ -103,6 +104,21 @@ class PrecisionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HostShare:
+    """The engine's bounded share of the host's CPU, so the control plane answers first (README, Host share)."""
+
+    __pydantic_config__ = _STRICT
+
+    weight: Annotated[int, Bound(ge=1, le=10000)] = 20
+    """The engine's CPU weight against the host's other work, on cgroup v2's scale (an ordinary process is 100):
+    its own cgroup's `cpu.weight` (v1: `cpu.shares`, times 10.24), or the nice value it stands for where no cgroup
+    can be written. It matters only when the CPU is contended: an idle host's cores are the engine's."""
+    reserve_cores: Annotated[int, Bound(ge=0)] = 0
+    """Cores kept from the engine for the control plane (the lowest-numbered ones); its threads run on the rest.
+    Must leave it one. A slot's `cores` replace it."""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     # `engine.env.X=5` arrives as an int from the override parser; environment values are strings.
     __pydantic_config__ = _STRICT_TEXT
@@ -124,6 +140,8 @@ class EngineConfig:
     scheduler: Literal["default", "phased"] = "default"
     """default: the platform's own scheduler; phased: every step prefill-only or decode-only, prefill first,
     no chunked prefill (the Tenstorrent scheduling contract, emulated on the CPU engine)."""
+    host_share: HostShare | None = None
+    """The engine's bounded CPU share (on for engine=cpu); None leaves its processes as the appliance's."""
 
 
 @dataclass(frozen=True, slots=True)

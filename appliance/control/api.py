@@ -43,7 +43,7 @@ from appliance.control.metrics import ApplianceMetrics
 from appliance.control.sources import EngineMetrics, Sources, Supervised, Upgrades
 from appliance.control.upgrade_route import upgrade_handler, with_generations
 from appliance.control.versions import versioned
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.observe.host_usage import HostUsage, UsageSampler
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
@@ -85,6 +85,7 @@ def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocum
         quarantined=snapshot.quarantined,
         boot=None if snapshot.boot is None else validate(BootDocument, snapshot.boot),
         drain_cancelled=snapshot.drain_cancelled,
+        host_share=snapshot.host_share,
     )
 
 

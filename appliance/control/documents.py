@@ -179,6 +179,8 @@ class StateDocument:
     """The upgrade under way, or the last one with how it ended."""
     drain_cancelled: int | None = None
     """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
+    host_share: str | None = None
+    """Where the engine runs on the host: its cgroup and weight (or nice) and cores; None: unbounded."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from typing import Protocol
 import httpx
 
 from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
-from appliance.host import HostFacts, discover_host
+from appliance.host.discovery import HostFacts, discover_host
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan
 from appliance.runtime.engine_log import EngineLog

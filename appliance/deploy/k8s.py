@@ -173,7 +173,7 @@ def _strategy(plan: LaunchPlan) -> dict[str, Any]:
 def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str, Any]:
     tt = plan.engine == "tt"
     choices = [f"{g}={plan.choices[g]}" for g in GROUPS if g != "site" and g in plan.choices]
-    cpu, memory = _CPU[plan.engine], _MEMORY[plan.engine]
+    cpu, memory = _cpu(plan), _MEMORY[plan.engine]
     resources: dict[str, Any] = {"requests": {"cpu": cpu[0], "memory": memory},
                                  "limits": {"cpu": cpu[1], "memory": memory}}  # fmt: skip
     if tt:
@@ -212,6 +212,15 @@ def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str
         # in-flight requests finish; SIGTERM then finds the engine stopped.
         "lifecycle": {"preStop": {"exec": {"command": _drain_command(plan)}}},
     }
+
+
+def _cpu(plan: LaunchPlan) -> tuple[str, str]:
+    """(request, limit). Kubernetes weighs a container by its CPU request (`cpu.shares` = millicores x 1.024), so
+    engine.host_share's weight is the request (20 -> 200m, the weight's 205 shares): Burstable, below the node's
+    control plane and the pods that asked for more, with the limit kept for bursts."""
+    request, limit = _CPU[plan.engine]
+    share = plan.host_share
+    return (f"{share.weight * 10}m" if share else request), limit
 
 
 def _secret_volume(name: str, plan: LaunchPlan) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from appliance.compat.resolve import resolve_config
 from appliance.compat.validate import validate
 from appliance.config.compose import CONF_DIR, GROUPS, compose_config, group_options
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan, build_plan
 
 __all__ = ["SitePlan", "SiteSummary", "list_sites", "plan_sites"]

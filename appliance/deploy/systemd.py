@@ -96,6 +96,7 @@ def render_systemd(
             *_file_system(plan, appliance),
             *_devices(plan),
             *_kernel(),
+            *_cpu_share(plan),
         ],
         "Install": [("WantedBy", "multi-user.target")],
     }
@@ -168,7 +169,6 @@ def _kernel() -> list[Line]:
         ("ProtectKernelTunables", "yes"),
         ("ProtectKernelModules", "yes"),
         ("ProtectKernelLogs", "yes"),
-        ("ProtectControlGroups", "yes"),
         ("ProtectClock", "yes"),
         ("ProtectHostname", "yes"),
         ("RestrictNamespaces", "yes"),
@@ -186,6 +186,20 @@ def _kernel() -> list[Line]:
         ("SystemCallErrorNumber", "EPERM"),
         "# MemoryDenyWriteExecute= stays off: torch's oneDNN kernels and libffi's closures write code into",
         "# memory and then execute it, which it forbids.",
+    ]
+
+
+def _cpu_share(plan: LaunchPlan) -> list[Line]:
+    """The engine's cgroup below the appliance's (engine.host_share): systemd delegates the unit's cgroup and its cpu
+    controller to the appliance, which puts itself in a `tt-control` leaf and the engine in a weighted sibling.
+    ProtectControlGroups= would make that subtree read-only."""
+    if plan.host_share is None:
+        return [("ProtectControlGroups", "yes")]
+    return [
+        f"# The engine in a cgroup of its own at CPU weight {plan.host_share.weight}, below the appliance's 100:",
+        "# the unit's cgroup is delegated to the appliance, so it stays writable (ProtectControlGroups=no).",
+        ("Delegate", "cpu"),
+        ("ProtectControlGroups", "no"),
     ]
 
 

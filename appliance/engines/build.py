@@ -25,7 +25,7 @@ from appliance.engines.manifest import EnvironmentManifest, read_manifest, write
 from appliance.engines.pins import BUILD_DIR, PinManifest, load_pins
 from appliance.engines.steps import SetupStep, run_steps
 from appliance.errors import ConfigError, LaunchError, Problem
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.resources import default_engines_dir
 
 if TYPE_CHECKING:

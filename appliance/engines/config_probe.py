@@ -14,6 +14,7 @@ to probe while another appliance holds it (engine_env.probe_ttnn's rule), instea
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ from typing import Any
 from appliance.compat.validate import InstalledClass, InstalledClasses
 from appliance.engines.engine_env import holding_devices, run_probe
 from appliance.errors import LaunchError
-from appliance.host import Board
+from appliance.host.discovery import Board
+from appliance.host.share import Placement, placement_for
 from appliance.plan import ENGINE_MODULE, LaunchPlan
 
-__all__ = ["Difference", "EngineVerdict", "compare", "engine_args", "probe_config", "read_classes"]
+__all__ = ["Difference", "EngineVerdict", "compare", "engine_args", "probe_config", "probe_placement", "read_classes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,13 @@ def engine_args(plan: LaunchPlan) -> tuple[str, ...]:
     return plan.argv[plan.argv.index(ENGINE_MODULE) + 1 :]
 
 
+def probe_placement(plan: LaunchPlan) -> Placement | None:
+    """The probe's place on the host: the engine's weight (no cores to bind: it runs no kernels), in a cgroup of
+    its own removed when it ends."""
+    share = plan.host_share
+    return None if share is None else placement_for(f"probe-{plan.port}-{os.getpid()}", share.weight, 0, None)
+
+
 def probe_config(
     plan: LaunchPlan, env: Mapping[str, str], boards: tuple[Board, ...] = (), lock_dir: Path | None = None
 ) -> EngineVerdict:
@@ -78,7 +87,8 @@ def probe_config(
         with holding_devices(boards, lock_dir) as holder:
             if holder is not None:
                 raise LaunchError(f"the devices are held by {holder}, and the plugin may open them at config time")
-            data = run_probe(plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env)
+            data = run_probe(plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env,
+                             probe_placement(plan))  # fmt: skip
     except LaunchError as error:
         raise _failed(plan.engine, error) from None
     effective: dict[str, Any] = data.get("effective") or {}

@@ -7,6 +7,7 @@ timeout: the appliance never imports vLLM, torch or ttnn itself, and a hung impo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -22,7 +23,8 @@ import filelock
 from packaging.utils import canonicalize_name
 
 from appliance.errors import LaunchError
-from appliance.host import Board, device_lock_name
+from appliance.host.discovery import Board, device_lock_name
+from appliance.host.share import Placement
 from appliance.resources import engine_plugins_dir
 
 __all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "holding_devices", "probe_ttnn", "run_probe"]
@@ -140,7 +142,12 @@ def _count(python: str, timeout_s: float) -> TtnnProbe:
 
 
 def run_probe(
-    python: str, mode: str, timeout_s: float, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    python: str,
+    mode: str,
+    timeout_s: float,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Run the probe script's `mode` in `python` and return its JSON result; LaunchError when it cannot.
 
@@ -148,6 +155,7 @@ def run_probe(
     code); without, isolated (`-I`). It leads a process group, so a timeout kills whatever it started, but stays
     in the caller's session: under autogroup scheduling a session of its own got 4% of a core beside two serving
     CPU engines (the caller's 49%), and an upgrade's judge, a 7 s probe when idle, ran past its 120 s bound.
+    `placement`: the engine's share of the host (host_share), which the probe takes as the engine would.
     """
     if not Path(python).is_file():
         raise LaunchError(f"engine interpreter {python} does not exist")
@@ -157,16 +165,26 @@ def run_probe(
         # absolute() and not resolve(): a venv's python is a symlink that must stay one.
         argv = [str(Path(python).absolute()), *flags, str(PROBE_SCRIPT), mode, MARKER, *args]
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                              env=None if env is None else dict(env), preexec_fn=os.setpgrp) as child:  # fmt: skip
+                              env=None if env is None else dict(env),
+                              preexec_fn=functools.partial(_probe_child, placement)) as child:  # fmt: skip
             try:
                 stdout, stderr = child.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.communicate()
                 raise LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s") from None
+    if placement is not None:
+        placement.release()
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
     if line is None:
         tail = " ".join(stderr.split())[-300:]
         raise LaunchError(f"{python}: the {mode} probe exited {child.returncode} without a result: {tail}")
     result: dict[str, Any] = json.loads(line[len(MARKER) :])
     return result
+
+
+def _probe_child(placement: Placement | None) -> None:
+    """Runs in the probe before exec: lead a process group (a timeout kills it whole), at the engine's placement."""
+    os.setpgrp()
+    if placement is not None:
+        placement.enter()

@@ -19,7 +19,7 @@ from pydantic_core import to_jsonable_python
 from appliance.engines.engine_env import EngineEnv, EntryPoint, inspect_engine
 from appliance.engines.pinning import build_target, installed_commit, pin_drift
 from appliance.engines.pins import BUILD_DIR, PinManifest, load_pins
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 
 __all__ = ["EnvironmentManifest", "PinRow", "read_manifest", "write_manifest"]
 

@@ -18,7 +18,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import group_options
 from appliance.config.schema import ComposedConfig
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 
 __all__ = ["SiteChange", "site_changes"]
 

@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 from appliance.compat.resolve import mesh_for_host
 from appliance.compat.validate import ValidatedConfig
 from appliance.errors import ConfigError, LaunchError
-from appliance.host import HostFacts, free_disk
+from appliance.host.discovery import HostFacts, free_disk
 from appliance.plan import LaunchPlan
 
 __all__ = [

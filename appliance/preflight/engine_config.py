@@ -8,7 +8,7 @@ from typing import Any
 
 from appliance.engines.config_probe import probe_config
 from appliance.errors import LaunchError
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult, check
 from appliance.runtime.spawn import engine_environment

@@ -21,7 +21,7 @@ from appliance.engines.pinning import pin_drift
 from appliance.engines.pins import BUILD_DIR, PinManifest, load_pins
 from appliance.engines.releases import RELEASES_FILE, ReleaseList, index_releases, lag, load_releases
 from appliance.errors import ConfigError, EngineError, LaunchError
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan
 from appliance.preflight.api_contract import CONTRACT_FILE, diff_contract, load_contract, record_contract
 from appliance.preflight.checks import CheckResult, CheckStatus, HostCheckInput, check, host_checks, worst

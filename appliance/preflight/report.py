@@ -15,7 +15,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance import markdown
 from appliance.engines.engine_env import EngineEnv, TtnnProbe
-from appliance.host import HostFacts
+from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult, CheckStatus
 

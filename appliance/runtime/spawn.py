@@ -12,39 +12,56 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from appliance.host.share import BIND, Placement, placement_for
 from appliance.plan import LaunchPlan
 
-__all__ = ["SpawnFn", "engine_environment", "spawn_engine"]
+__all__ = ["SpawnFn", "engine_environment", "engine_placement", "spawn_engine"]
 
-SpawnFn = Callable[[Sequence[str], Mapping[str, str], str], Awaitable[asyncio.subprocess.Process]]
+SpawnFn = Callable[[Sequence[str], Mapping[str, str], str, Placement | None], Awaitable[asyncio.subprocess.Process]]
 _LINE_LIMIT = 1 << 20  # engine log lines can be long (full config dumps)
 
 
-def engine_environment(plan: LaunchPlan, base: Mapping[str, str]) -> dict[str, str]:
-    """The engine's environment: the appliance's, minus its control token, plus the plan's."""
+def engine_environment(plan: LaunchPlan, base: Mapping[str, str], placement: Placement | None = None) -> dict[
+        str, str]:  # fmt: skip
+    """The engine's environment: the appliance's, minus its control token, plus the plan's; the OpenMP threads bound
+    to the cores the `placement` owns where the plan binds none."""
     env = {k: v for k, v in base.items() if k != plan.control.token_env}
+    if placement is not None and placement.cores is not None:
+        env[BIND] = ",".join(map(str, placement.cores))
     env.update(plan.env)
     env.update({target: base[source] for target, source in plan.secret_env.items() if source in base})
     return env
 
 
-def _engine_child() -> None:
-    """Runs in the child before exec: lead a process group of its own, and get SIGTERM when the
-    appliance dies."""
+def engine_placement(plan: LaunchPlan, name: str) -> Placement | None:
+    """Where `plan`'s engine runs on the host (its engine.host_share), its cgroup named `name`; None: unbounded."""
+    share = plan.host_share
+    return None if share is None else placement_for(name, share.weight, share.reserve_cores, plan.env.get(BIND))
+
+
+def _engine_child(placement: Placement | None) -> None:
+    """Runs in the child before exec: lead a process group of its own, get SIGTERM when the appliance dies, and
+    take the engine's place on the host (host_share)."""
     os.setpgid(0, 0)  # `process_group=0` from Python 3.11 only
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    if placement is not None:
+        placement.enter()
 
 
-async def spawn_engine(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> asyncio.subprocess.Process:
-    """The engine in a process group of its own, in `cwd`: never the operator's directory, whose stray `re.py`
-    or `torch/` would shadow the engine's imports (`python -m` puts the working directory first)."""
+async def spawn_engine(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str, placement: Placement | None
+) -> asyncio.subprocess.Process:
+    """The engine in a process group of its own, at its `placement`, in `cwd`: never the operator's directory,
+    whose stray `re.py` or `torch/` would shadow the engine's imports (`python -m` puts the working directory
+    first)."""
     Path(cwd).mkdir(parents=True, exist_ok=True)
     return await asyncio.create_subprocess_exec(
         *argv,
@@ -53,6 +70,6 @@ async def spawn_engine(argv: Sequence[str], env: Mapping[str, str], cwd: str) ->
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        preexec_fn=_engine_child,
+        preexec_fn=functools.partial(_engine_child, placement),
         limit=_LINE_LIMIT,
     )

@@ -22,13 +22,14 @@ from typing import Any, Literal
 
 import httpx
 
+from appliance.host.share import Placement
 from appliance.plan import LaunchPlan
 from appliance.runtime.boot_record import BootClock, BootProgress
 from appliance.runtime.drain import InFlight
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.faults import Fault, FaultLadder, load_fault_ladder, run_reset
 from appliance.runtime.lifecycle import TRANSITIONS, EngineEvent, EngineState, drain_finished_in_log, phase_from_log
-from appliance.runtime.spawn import SpawnFn, engine_environment, spawn_engine
+from appliance.runtime.spawn import SpawnFn, engine_environment, engine_placement, spawn_engine
 
 __all__ = ["HISTORY", "Command", "EngineSupervisor", "Listener", "SupervisorSnapshot"]
 
@@ -74,6 +75,8 @@ class SupervisorSnapshot:
     """The boot under way against this config's record on this host."""
     drain_cancelled: int | None = None
     """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
+    host_share: str | None = None
+    """Where the engine runs on the host (its cgroup and weight, or nice, and cores); None: unbounded."""
 
 
 class EngineSupervisor:
@@ -108,7 +111,8 @@ class EngineSupervisor:
         self._spawn = spawn
         self._clock = clock
         self._environ = os.environ if environ is None else environ
-        self._env = engine_environment(plan, self._environ)
+        self._placement = self._placed(plan)
+        self._env = engine_environment(plan, self._environ, self._placement)
         self._next_plan: LaunchPlan | None = None
         self._commands: asyncio.Queue[Command] = asyncio.Queue()
         self._pending: asyncio.Task[Command] | None = None
@@ -141,6 +145,7 @@ class EngineSupervisor:
         return SupervisorSnapshot(
             self._state, self._pid, uptime, self._restarts, self._last_error, tuple(self._events),
             self._fault, quarantined, self._boot.progress(), self._drain_cancelled,
+            None if self._placement is None else self._placement.describe(),
         )  # fmt: skip
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -162,6 +167,8 @@ class EngineSupervisor:
                 action = await (self._attempt() if action == "start" else self._idle())
         if self._pending is not None:
             self._pending.cancel()
+        if self._placement is not None:
+            self._placement.release()
 
     def _change(self, state: EngineState, reason: str) -> None:
         if state not in TRANSITIONS[self._state]:
@@ -173,6 +180,18 @@ class EngineSupervisor:
         for listener in tuple(self._listeners):  # a listener may unsubscribe itself
             listener(event)
 
+    def _placed(self, plan: LaunchPlan) -> Placement | None:
+        """The engine's place on the host (serve's preflight refused a reserve that leaves it no core)."""
+        placement = engine_placement(plan, f"engine-{plan.port}")
+        if placement is not None:
+            log.log(logging.WARNING if placement.warning else logging.INFO, "%s host share: %s",
+                    self.name, placement.warning or placement.describe())  # fmt: skip
+        return placement
+
+    @property
+    def placement(self) -> Placement | None:
+        return self._placement
+
     def _boot_clock(self, plan: LaunchPlan) -> BootClock:
         return BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
 
@@ -182,7 +201,9 @@ class EngineSupervisor:
             return
         clock = self._boot_clock(plan)
         self._listeners[self._listeners.index(self._boot.on_event)] = clock.on_event
-        self.plan, self._boot, self._env = plan, clock, engine_environment(plan, self._environ)
+        self._placement = self._placed(plan)
+        self.plan, self._boot = plan, clock
+        self._env = engine_environment(plan, self._environ, self._placement)
         self._crashes = 0
 
     async def _attempt(self) -> str:
@@ -191,7 +212,7 @@ class EngineSupervisor:
         self._fault = None
         self._faulted.clear()
         self._drained.clear()
-        proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir)
+        proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir, self._placement)
         self._pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
         exited = asyncio.create_task(proc.wait())

@@ -30,7 +30,7 @@ from appliance.resources import conf_dir
 if TYPE_CHECKING:  # pydantic is imported where a schema is built: cached data is read back without it
     from pydantic import ConfigDict, TypeAdapter
 
-    from appliance.host import HostFacts
+    from appliance.host.discovery import HostFacts
 
 __all__ = [
     "SlotSpec",

@@ -20,7 +20,7 @@ from appliance.compat.validate import ValidatedConfig, validate
 from appliance.config.compose import mesh_catalog
 from appliance.config.schema import ControlConfig
 from appliance.errors import ConfigError, Problem
-from appliance.host import HostFacts, free_disk
+from appliance.host.discovery import HostFacts, free_disk
 from appliance.plan import LaunchPlan, build_plan
 from appliance.preflight.checks import GIB, disk_need, memory_need
 from appliance.slots.declare import SlotsFile, compose_slot, in_slot, split_overrides

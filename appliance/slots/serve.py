@@ -18,7 +18,7 @@ import uvicorn
 
 from appliance.control.api import create_slots_app
 from appliance.control.tls import uvicorn_tls
-from appliance.host import HostFacts, device_lock_name
+from appliance.host.discovery import HostFacts, device_lock_name
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.notify import lifecycle_notifier
