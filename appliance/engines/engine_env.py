@@ -157,6 +157,21 @@ def run_probe(
     CPU engines (the caller's 49%), and an upgrade's judge, a 7 s probe when idle, ran past its 120 s bound.
     `placement`: the engine's share of the host (host_share), which the probe takes as the engine would.
     """
+    try:
+        stdout, stderr, returncode = _run(python, mode, timeout_s, args, env, placement)
+    finally:
+        if placement is not None:
+            placement.release()
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
+    if line is None:
+        tail = " ".join(stderr.split())[-300:]
+        raise LaunchError(f"{python}: the {mode} probe exited {returncode} without a result: {tail}")
+    result: dict[str, Any] = json.loads(line[len(MARKER) :])
+    return result
+
+
+def _run(python: str, mode: str, timeout_s: float, args: Sequence[str], env: Mapping[str, str] | None,
+         placement: Placement | None) -> tuple[str, str, int]:  # fmt: skip
     if not Path(python).is_file():
         raise LaunchError(f"engine interpreter {python} does not exist")
     flags = [] if env is not None else ["-I"]
@@ -173,14 +188,7 @@ def run_probe(
                 os.killpg(child.pid, signal.SIGKILL)
                 child.communicate()
                 raise LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s") from None
-    if placement is not None:
-        placement.release()
-    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
-    if line is None:
-        tail = " ".join(stderr.split())[-300:]
-        raise LaunchError(f"{python}: the {mode} probe exited {child.returncode} without a result: {tail}")
-    result: dict[str, Any] = json.loads(line[len(MARKER) :])
-    return result
+    return stdout, stderr, child.returncode
 
 
 def _probe_child(placement: Placement | None) -> None:

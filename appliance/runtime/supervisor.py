@@ -111,8 +111,9 @@ class EngineSupervisor:
         self._spawn = spawn
         self._clock = clock
         self._environ = os.environ if environ is None else environ
-        self._placement = self._placed(plan)
-        self._env = engine_environment(plan, self._environ, self._placement)
+        self._placement: Placement | None = None
+        """Where the engine runs on the host, taken when it spawns (a supervisor that never runs leaves no cgroup)."""
+        self._env = engine_environment(plan, self._environ)
         self._next_plan: LaunchPlan | None = None
         self._commands: asyncio.Queue[Command] = asyncio.Queue()
         self._pending: asyncio.Task[Command] | None = None
@@ -180,13 +181,15 @@ class EngineSupervisor:
         for listener in tuple(self._listeners):  # a listener may unsubscribe itself
             listener(event)
 
-    def _placed(self, plan: LaunchPlan) -> Placement | None:
-        """The engine's place on the host (serve's preflight refused a reserve that leaves it no core)."""
-        placement = engine_placement(plan, f"engine-{plan.port}")
-        if placement is not None:
+    def _place(self) -> None:
+        """Take the engine's place on the host before it spawns (serve's preflight refused a reserve that leaves it
+        no core), said once for each place it takes."""
+        placement = engine_placement(self.plan, f"engine-{self.plan.port}")
+        if placement is not None and placement != self._placement:
             log.log(logging.WARNING if placement.warning else logging.INFO, "%s host share: %s",
                     self.name, placement.warning or placement.describe())  # fmt: skip
-        return placement
+        self._placement = placement
+        self._env = engine_environment(self.plan, self._environ, placement)
 
     @property
     def placement(self) -> Placement | None:
@@ -201,9 +204,7 @@ class EngineSupervisor:
             return
         clock = self._boot_clock(plan)
         self._listeners[self._listeners.index(self._boot.on_event)] = clock.on_event
-        self._placement = self._placed(plan)
-        self.plan, self._boot = plan, clock
-        self._env = engine_environment(plan, self._environ, self._placement)
+        self.plan, self._boot, self._env = plan, clock, engine_environment(plan, self._environ)
         self._crashes = 0
 
     async def _attempt(self) -> str:
@@ -212,6 +213,7 @@ class EngineSupervisor:
         self._fault = None
         self._faulted.clear()
         self._drained.clear()
+        self._place()
         proc = await self._spawn(self.plan.argv, self._env, self.plan.state_dir, self._placement)
         self._pid = proc.pid
         pump = asyncio.create_task(self._pump(proc))
