@@ -83,7 +83,7 @@ def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **
     base = f"http://127.0.0.1:{port}"
     fast = {"health_interval_s": 0.2, "hang_timeout_s": 1.0, "stop_grace_s": 1.0, "shutdown_timeout_s": 1.0,
             "backoff_initial_s": 0.1, "backoff_max_s": 0.2} | supervisor  # fmt: skip
-    # No host share: a fake engine stands in for supervision on 1 s timers, and at weight 20 beside the fast tier's
+    # No host share: a fake engine stands in for supervision on 1 s timers, and at weight 10 beside the fast tier's
     # three workers on two cores it would wait out those timers (test_host_share.py tests the share itself).
     return replace(
         plan, argv=(sys.executable, str(FAKE_ENGINE), "--port", str(port), *fake_args), port=port, base_url=base,

@@ -27,10 +27,10 @@ def run_placed(placement: object) -> subprocess.Popen[bytes]:
 
 @pytest.mark.skipif(not os.access(V1_CPU / "cpu.shares", os.W_OK), reason="no writable cgroup v1 cpu controller")
 def test_on_cgroup_v1_the_engine_runs_in_a_group_of_its_own_weighted_below_an_ordinary_process() -> None:
-    placement = placement_for(f"test-{os.getpid()}", 20, 0, None)
+    placement = placement_for(f"test-{os.getpid()}", 10, 0, None)
     assert placement.mechanism == "cgroup v1" and placement.warning is None and placement.group is not None
     group = Path(placement.group)
-    assert group.parent == V1_CPU and (group / "cpu.shares").read_text().strip() == "205"  # 20 of 100 -> of 1024
+    assert group.parent == V1_CPU and (group / "cpu.shares").read_text().strip() == "102"  # 10 of 100 -> of 1024
     child = run_placed(placement)
     try:
         assert f":cpu:/{group.name}" in Path(f"/proc/{child.pid}/cgroup").read_text()
@@ -124,7 +124,7 @@ def test_a_weight_or_reserve_out_of_range_is_one_line_naming_the_key(cli: Cli, b
 
 def test_plan_shows_the_bound_and_the_rendered_unit_and_manifests_carry_it(cli: Cli, tmp_path: Path) -> None:
     plan = cli("plan")
-    assert "# host share: the engine and its probe in a cgroup of their own at CPU weight 20" in plan.stdout
+    assert "# host share: the engine and its probe in a cgroup of their own at CPU weight 10" in plan.stdout
     assert "host share" not in cli("plan", "+model=llama", "mesh=t3k").stdout  # tt: the appliance's share
     assert cli("render", "systemd", "--out", str(tmp_path / "unit")).returncode == 0
     unit = next((tmp_path / "unit").glob("*.service")).read_text().splitlines()
@@ -139,7 +139,7 @@ def test_a_served_engine_and_its_workers_run_in_its_group_and_status_says_where(
     assert state.host_share is not None and state.pid is not None
     if os.access(V1_CPU / "cpu.shares", os.W_OK):
         group = V1_CPU / f"tt-engine-{shared_appliance.engine_url.rsplit(':', 1)[1]}"
-        assert state.host_share == f"cgroup v1: {group}, weight 20, cores 1"  # READ_ONLY_EXTRA binds core 1
+        assert state.host_share == f"cgroup v1: {group}, weight 10, cores 1"  # READ_ONLY_EXTRA binds core 1
         engine = psutil.Process(state.pid)
         family = {engine.pid, *(child.pid for child in engine.children(recursive=True))}
         assert len(family) > 1 and family <= {int(pid) for pid in (group / "cgroup.procs").read_text().split()}

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from appliance.control.client import ApiError
 from appliance.control.documents import StateDocument
 from appliance.resources import build_dir
 from appliance.rollout.environments import build_environment, pins_hash
@@ -80,12 +82,50 @@ def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -
         }
     )
     extra = json.dumps({"upgrade_args": [*upgrade_args, *GATES]})
+    argv = [str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra]
     started = time.time()
-    ran = subprocess.run([str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra],
-                         capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
-    assert a.token not in ran.stdout + ran.stderr and b.token not in ran.stdout + ran.stderr
-    print(timeline(started, tmp / "ansible.log", {"a": a, "b": b}))
-    return ran
+    with (tmp / "ansible.out").open("w+") as out, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                                                  text=True, env=env) as proc:  # fmt: skip
+        log = tmp / "ansible.log"
+        progressing(lambda: proc.poll() is not None, lambda: (_size(log), _steps(a), _steps(b)), "the roll", proc)
+        out.seek(0)
+        said = out.read()
+    print(timeline(started, log, {"a": a, "b": b}))
+    assert a.token not in said and b.token not in said
+    return subprocess.CompletedProcess(argv, proc.returncode, said, "")
+
+
+ANSIBLE_LINE = re.compile(r"^(?P<at>\S+ \S+) p=\d+ u=\S+ n=ansible \w+\| (?P<said>.*)$")
+STALL_S = 600.0
+"""How long a roll or an upgrade may go without a new Ansible line or upgrade step before the test calls it hung: a
+bound on stalls, not on the host's speed (a slow host makes progress more slowly; a hung one makes none)."""
+
+
+def progressing(done: Callable[[], bool], progress: Callable[[], object], what: str,
+                proc: subprocess.Popen[str] | None = None) -> None:  # fmt: skip
+    """Wait until `done()`, failing only when `progress()` stops changing for STALL_S (killing `proc`)."""
+    last, since = progress(), time.monotonic()
+    while not done():
+        time.sleep(0.5)
+        if (now := progress()) != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > STALL_S:
+            if proc is not None:
+                proc.kill()
+            raise AssertionError(f"{what}: no progress for {STALL_S:.0f} s; last {last}")
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _steps(served: Served) -> object:
+    """How far the appliance's upgrade has come (unreachable while it restarts)."""
+    try:
+        upgrade = served.state().upgrade
+    except ApiError:
+        return "unreachable"
+    return None if upgrade is None else (upgrade.started, len(upgrade.steps), upgrade.steps[-1:], upgrade.outcome)
 
 
 def timeline(started: float, log: Path, appliances: dict[str, Served]) -> str:
@@ -101,10 +141,10 @@ def timeline(started: float, log: Path, appliances: dict[str, Served]) -> str:
             ended = step.ended or time.time()
             lines.append(f"  {name} {step.name}: {step.started - started:.1f} -> {ended - started:.1f} s")
     for line in log.read_text().splitlines() if log.is_file() else ():
-        stamp, _, said = line.partition(" | ")
-        if said.startswith(("TASK", "PLAY", "ok:", "fatal:", "changed:")):
-            at = datetime.strptime(stamp.split(" p=")[0], "%Y-%m-%d %H:%M:%S,%f").timestamp() - started
-            lines.append(f"  ansible {at:7.1f} s {said[:100]}")
+        stamped = ANSIBLE_LINE.match(line)
+        if stamped and stamped["said"].startswith(("TASK", "PLAY", "ok:", "fatal:", "changed:")):
+            at = datetime.strptime(stamped["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp() - started
+            lines.append(f"  ansible {at:7.1f} s {stamped['said'][:100]}")
     return "\n".join(lines)
 
 
@@ -197,10 +237,14 @@ def test_an_appliance_killed_mid_upgrade_comes_back_on_the_generation_it_served(
                             "serving.max_concurrency=4", "--skip", "eval", "--skip", "workload"],
                            env=os.environ | {"APPLIANCE_TOKEN": a.token}, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while (upgrade := a.state().upgrade) is None or upgrade.step != "switch":
-        assert time.monotonic() < deadline and cli.poll() is None, "the upgrade never reached its switch"
-        time.sleep(0.2)
+
+    def switching() -> bool:
+        assert cli.poll() is None, "the upgrade ended before its switch"
+        upgrade = a.state().upgrade
+        return upgrade is not None and upgrade.started > started and upgrade.step == "switch"
+
+    started = time.time()
+    progressing(switching, lambda: _steps(a), "the upgrade before its switch", cli)
     os.kill(a.proc.pid, signal.SIGKILL)  # the appliance dies with the new engine booting
     a.proc.wait()
     said, _ = cli.communicate(timeout=60)

@@ -109,7 +109,7 @@ class HostShare:
 
     __pydantic_config__ = _STRICT
 
-    weight: Annotated[int, Bound(ge=1, le=10000)] = 20
+    weight: Annotated[int, Bound(ge=1, le=10000)] = 10
     """The engine's CPU weight against the host's other work, on cgroup v2's scale (an ordinary process is 100):
     its own cgroup's `cpu.weight` (v1: `cpu.shares`, times 10.24), or the nice value it stands for where no cgroup
     can be written. It matters only when the CPU is contended: an idle host's cores are the engine's."""

@@ -216,7 +216,7 @@ def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str
 
 def _cpu(plan: LaunchPlan) -> tuple[str, str]:
     """(request, limit). Kubernetes weighs a container by its CPU request (`cpu.shares` = millicores x 1.024), so
-    engine.host_share's weight is the request (20 -> 200m, the weight's 205 shares): Burstable, below the node's
+    engine.host_share's weight is the request (10 -> 100m, the weight's 102 shares): Burstable, below the node's
     control plane and the pods that asked for more, with the limit kept for bursts."""
     request, limit = _CPU[plan.engine]
     share = plan.host_share
