@@ -5,7 +5,7 @@ workers, exporters) must still answer beside it (bench/host_share.py measures bo
 config probe, is placed by the first mechanism the host lets the appliance write:
 1. the cgroup cpu controller: a group of its own under the appliance's cgroup, weighted `cpu.weight` on cgroup v2,
    `cpu.shares` (the weight scaled, 100 -> 1024) on v1. Outside the root group this is systemd's delegation
-   (the rendered unit's `Delegate=`); on v2 the appliance first moves itself into a `control` leaf, as the
+   (the rendered unit's `Delegate=`); on v2 the appliance first moves itself into a `tt-control` leaf, as the
    "no internal processes" rule asks. A group outside the root also leaves the kernel's autogroups, under which
    every session (each ssh login, each Ansible worker) would otherwise count as much as the engine's.
 2. otherwise the nice value the weight stands for, in the appliance's own session, with one warning saying why.
@@ -19,11 +19,16 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import psutil
 
-__all__ = ["BIND", "DEFAULT_WEIGHT", "Placement", "nice_for", "owned_cores", "parse_cores", "place", "placement_for"]
+__all__ = [
+    "BIND", "DEFAULT_WEIGHT", "Mechanism", "Placement", "nice_for", "owned_cores", "parse_cores", "place",
+    "placement_for",
+]  # fmt: skip
 
+Mechanism = Literal["cgroup v2", "cgroup v1", "nice"]
 DEFAULT_WEIGHT = 100
 """cgroup v2's default `cpu.weight`: an ordinary process's (nice 0)."""
 _V1_SHARES_PER_WEIGHT = 1024 / DEFAULT_WEIGHT
@@ -36,8 +41,7 @@ BIND = "VLLM_CPU_OMP_THREADS_BIND"
 class Placement:
     """Where an engine process runs: its cgroup or nice value, and its cores."""
 
-    mechanism: str
-    """"cgroup v2", "cgroup v1" or "nice"."""
+    mechanism: Mechanism
     weight: int
     group: str | None = None
     """The cgroup directory the process joins; None with nice."""
@@ -93,7 +97,7 @@ def owned_cores(reserve: int, declared: tuple[int, ...] | None, allowed: tuple[i
 
 
 def place(name: str, weight: int, cores: tuple[int, ...] | None, *, proc: Path = Path("/proc/self"),
-          mounts: list[tuple[str, str]] | None = None) -> Placement:  # fmt: skip
+          mounts: list[tuple[Mechanism, str]] | None = None) -> Placement:  # fmt: skip
     """Prepare `name`'s cgroup under the appliance's own with `weight`, or fall back to nice with a warning.
     `mounts`: the (mechanism, mount point) pairs to try, v2 first; None reads the host's."""
     reasons: list[str] = []
@@ -116,9 +120,9 @@ def nice_for(weight: int) -> int:
     return max(0, min(19, round(math.log(DEFAULT_WEIGHT / weight, _NICE_STEP))))
 
 
-def _cpu_mounts() -> list[tuple[str, str]]:
+def _cpu_mounts() -> list[tuple[Mechanism, str]]:
     """The mounted hierarchies that carry the cpu controller, v2 first."""
-    found: list[tuple[str, str]] = []
+    found: list[tuple[Mechanism, str]] = []
     for part in psutil.disk_partitions(all=True):
         if part.fstype == "cgroup2" and "cpu" in _read(Path(part.mountpoint, "cgroup.controllers")).split():
             found.insert(0, ("cgroup v2", part.mountpoint))
@@ -127,7 +131,7 @@ def _cpu_mounts() -> list[tuple[str, str]]:
     return found
 
 
-def _own_path(cgroup_file: Path, mechanism: str) -> str:
+def _own_path(cgroup_file: Path, mechanism: Mechanism) -> str:
     """This process's cgroup in the hierarchy `mechanism` names (/proc/self/cgroup)."""
     for line in _read(cgroup_file).splitlines():
         _, controllers, path = line.split(":", 2)
@@ -136,7 +140,7 @@ def _own_path(cgroup_file: Path, mechanism: str) -> str:
     return "/"
 
 
-def _group(mechanism: str, mount: str, own: str, name: str, weight: int) -> Path:
+def _group(mechanism: Mechanism, mount: str, own: str, name: str, weight: int) -> Path:
     parent = Path(mount) / own.lstrip("/")
     group = parent / f"tt-{name}"
     if mechanism == "cgroup v2":
