@@ -123,10 +123,10 @@ PARALLEL := -n 3 --dist worksteal
 # Each tier prints its time against its budget (build/setup/tier.sh): 30 minutes in all on a fresh 2-core machine.
 TIER := build/setup/tier.sh
 test:
-	@$(TIER) set-up 420 $(MAKE) --no-print-directory test-environments haproxy systemd-tools prometheus
-	@$(TIER) lint 180 $(MAKE) --no-print-directory lint
-	@$(TIER) fast 360 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
-	@$(TIER) engine 1200 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
+	@$(TIER) set-up 150 $(MAKE) --no-print-directory test-environments haproxy systemd-tools prometheus
+	@$(TIER) lint 90 $(MAKE) --no-print-directory lint
+	@$(TIER) fast 180 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
+	@$(TIER) engine 1380 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
 
 test-environments: tools
 	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP) $(TTNN_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
