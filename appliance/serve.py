@@ -26,7 +26,7 @@ from appliance.control.tls import check_server_files, uvicorn_tls
 from appliance.engines.steps import SetupStep, StepFailed, run_steps
 from appliance.errors import ConfigError, LaunchError, Problem
 from appliance.host.discovery import HostFacts, device_lock_name
-from appliance.host.share import BIND, owned_cores, parse_cores
+from appliance.host.share import BIND, engine_cores
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
 from appliance.resources import build_dir
@@ -87,7 +87,7 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
     share = plan.host_share
     if share is not None:
         try:
-            owned_cores(share.reserve_cores, parse_cores(plan.env.get(BIND, "")))
+            engine_cores(share.reserve_cores, plan.env.get(BIND))
         except ValueError as err:
             raise ConfigError((Problem("host-share-no-core", "engine.host_share.reserve_cores", str(err),
                                        "Lower it to leave the engine at least one core"),)) from None  # fmt: skip

@@ -105,7 +105,8 @@ class PrecisionConfig:
 
 @dataclass(frozen=True, slots=True)
 class HostShare:
-    """The engine's bounded share of the host's CPU, so the control plane answers first (README, Host share)."""
+    """The engine's bounded share of the host's CPU, so the control plane answers first (README, The host stays
+    operable)."""
 
     __pydantic_config__ = _STRICT
 

@@ -24,8 +24,8 @@ from typing import Literal
 import psutil
 
 __all__ = [
-    "BIND", "DEFAULT_WEIGHT", "Mechanism", "Placement", "nice_for", "owned_cores", "parse_cores", "place",
-    "placement_for",
+    "BIND", "DEFAULT_WEIGHT", "Mechanism", "Placement", "engine_cores", "nice_for", "owned_cores", "parse_cores",
+    "place", "placement_for",
 ]  # fmt: skip
 
 Mechanism = Literal["cgroup v2", "cgroup v1", "nice"]
@@ -135,7 +135,7 @@ def _own_path(cgroup_file: Path, mechanism: Mechanism) -> str:
     """This process's cgroup in the hierarchy `mechanism` names (/proc/self/cgroup)."""
     for line in _read(cgroup_file).splitlines():
         _, controllers, path = line.split(":", 2)
-        if (mechanism == "cgroup v2" and controllers == "") or "cpu" in controllers.split(","):
+        if (controllers == "") if mechanism == "cgroup v2" else ("cpu" in controllers.split(",")):
             return path
     return "/"
 
@@ -168,4 +168,10 @@ def _read(path: Path) -> str:
 def placement_for(name: str, weight: int, reserve: int, bind: str | None) -> Placement:
     """`name`'s placement: `weight`, on the cores a VLLM_CPU_OMP_THREADS_BIND list `bind` names (a slot's), else on
     the host's less `reserve`. ValueError when the reserve leaves it no core."""
-    return place(name, weight, owned_cores(reserve, parse_cores(bind) if bind else None))
+    return place(name, weight, engine_cores(reserve, bind))
+
+
+def engine_cores(reserve: int, bind: str | None) -> tuple[int, ...] | None:
+    """The cores an engine owns, from its VLLM_CPU_OMP_THREADS_BIND list `bind` (a slot's) or the `reserve`
+    (owned_cores); ValueError when the reserve leaves it none."""
+    return owned_cores(reserve, parse_cores(bind) if bind else None)
