@@ -28,6 +28,9 @@ class Problem:
     severity: Severity = "error"
     rule: str = ""
     """The plugin-state rule behind it (build/tt/plugin-states), when there is one."""
+    change: tuple[str, ...] = ()
+    """The overrides that carry out `fix`, as an operator would type them. Empty when no setting of this config
+    can fix it: the fix then says what would (a record, another host, another plugin state)."""
 
     def render(self) -> str:
         """The one-line form the CLI prints."""

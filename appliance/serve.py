@@ -8,11 +8,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import secrets
 import signal
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +21,13 @@ from rich.console import Console
 
 from appliance.config.schema import WorkloadConfig
 from appliance.control.api import create_app
-from appliance.control.tls import check_server_files, uvicorn_tls
+from appliance.control.tls import uvicorn_tls
 from appliance.engines.steps import SetupStep, StepFailed, run_steps
-from appliance.errors import ConfigError, LaunchError, Problem
+from appliance.errors import ConfigError, LaunchError
 from appliance.host.discovery import HostFacts, device_lock_name
-from appliance.host.share import BIND, engine_cores
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
+from appliance.preflight.launch import bound_socket, launch_checks
 from appliance.resources import build_dir
 from appliance.rollout.gates import GateFile
 from appliance.rollout.generation import Journal, journal_path
@@ -39,7 +38,6 @@ from appliance.runtime.supervisor import EngineSupervisor
 
 __all__ = [
     "RECIPES",
-    "SECRETS_DIR_ENV",
     "ControlToken",
     "EmbeddedServer",
     "Generations",
@@ -50,7 +48,6 @@ __all__ = [
     "host_locks",
     "preflight",
     "run_service",
-    "secrets_from_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,8 +57,6 @@ RECIPES = {
     "smollm2-135m-instruct": build_dir() / "models" / "convert_smollm2.py",
 }
 _EXIT_FOR_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
-SECRETS_DIR_ENV = "APPLIANCE_SECRETS_DIR"
-_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,25 +67,16 @@ class ControlToken:
 
 
 def preflight(plan: LaunchPlan, host: HostFacts) -> None:
-    """Refuse, before anything is spawned, a plan this host cannot run."""
+    """Refuse, before anything is spawned, a plan this host cannot run: no device for engine=tt, then what
+    preflight/launch.py judges (files, paths, ports, secrets, cores), as `validate` and `plan` do."""
     if plan.engine == "tt" and not host.boards:
         raise LaunchError(
             "engine=tt needs Tenstorrent devices, but /dev/tenstorrent has none on this host. "
             "Serve the embedded CPU default with `appliance serve`, or run this config on a TT host."
         )
-    if plan.generate is None and plan.model_path.startswith(("/", ".", "~")) and not Path(plan.model_path).is_dir():
-        # vLLM would take the path for a hub repo id and fail only after its imports.
-        raise LaunchError(f"model.checkpoint {plan.model_path} is not a directory on this host")
-    if not Path(plan.python).is_file():
-        hint = "run `make engine-cpu`" if plan.engine == "cpu" else "set engine.python to the tt-metal environment"
-        raise LaunchError(f"engine interpreter {plan.python} does not exist; {hint}")
-    share = plan.host_share
-    if share is not None:
-        try:
-            engine_cores(share.reserve_cores, plan.env.get(BIND))
-        except ValueError as err:
-            raise ConfigError((Problem("host-share-no-core", "engine.host_share.reserve_cores", str(err),
-                                       "Lower it to leave the engine at least one core"),)) from None  # fmt: skip
+    launch = launch_checks(plan, os.environ, devices=bool(host.boards))
+    if launch.problems:
+        raise ConfigError(launch.problems)
 
 
 def ensure_model(plan: LaunchPlan, console: Console | None = None) -> None:
@@ -113,31 +99,6 @@ def ensure_model(plan: LaunchPlan, console: Console | None = None) -> None:
         reason = failed.failures[0].last_line
         raise LaunchError(f"could not build {plan.generate} in {plan.model_path}: {reason} (log: {step.log})") from None
     log.info("%s", done.last_line)
-
-
-def secrets_from_dir(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables held as files in `$APPLIANCE_SECRETS_DIR`, one per file named after it, that the
-    environment does not set itself: how a Kubernetes Secret mounted as a volume reaches `serve`.
-
-    Unset, nothing is read (a single host passes secrets as variables). Kubelet's own entries in the
-    directory (`..data`) are not variable names and are passed over.
-    """
-    if not (where := environ.get(SECRETS_DIR_ENV)):
-        return {}
-    directory = Path(where)
-    if not directory.is_dir():
-        raise ConfigError((Problem("secrets-dir-missing", SECRETS_DIR_ENV, f"{where} is not a directory",
-                                   f"Mount the secrets there or unset {SECRETS_DIR_ENV}"),))  # fmt: skip
-    found = {}
-    for path in sorted(directory.iterdir()):
-        if _VARIABLE.match(path.name) and path.is_file() and not environ.get(path.name):
-            try:
-                found[path.name] = path.read_text().rstrip("\r\n")
-            except OSError as error:
-                problem = Problem("secret-file", SECRETS_DIR_ENV, f"cannot read {path}: {error.strerror}",
-                                  "Give the appliance's user read access (fsGroup in the pod)")  # fmt: skip
-                raise ConfigError((problem,)) from None
-    return found
 
 
 def control_token(plan: LaunchPlan, environ: dict[str, str] | None = None) -> ControlToken:
@@ -196,18 +157,11 @@ class EmbeddedServer(uvicorn.Server):
 
 def bind_control_socket(plan: LaunchPlan) -> socket.socket:
     """Bind the control port now, so a taken port is refused before the engine starts; with control.tls, its files
-    are judged first (one line naming the file, exit 2), so nothing binds with a key others can read."""
-    if plan.control.tls is not None:
-        check_server_files(plan.control.tls)
-    family = socket.AF_INET6 if ":" in plan.control.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    were judged by `preflight` (one line naming the file, exit 2), so nothing binds with a key others can read."""
     try:
-        sock.bind((plan.control.host, plan.control.port))
+        return bound_socket(plan.control.host, plan.control.port)
     except OSError as err:
-        sock.close()
         raise LaunchError(f"control.port {plan.control.port} on {plan.control.host}: {err.strerror}") from None
-    return sock
 
 
 @dataclass(frozen=True, slots=True)

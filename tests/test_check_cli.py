@@ -13,7 +13,7 @@ from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 CHECK_IDS = [
     "host.mesh", "host.firmware", "host.kmd", "host.holders", "host.hugepages", "host.disk", "host.memory",
-    "host.ttnn", "pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler", "pilot.api",
+    "host.launch", "host.ttnn", "pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler", "pilot.api",
 ]  # fmt: skip
 
 

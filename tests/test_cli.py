@@ -41,9 +41,9 @@ def test_validate_json_lists_findings_and_exits_2(cli: Cli) -> None:
     report = json.loads(done.stdout)
     assert report["ok"] is False
     assert report["findings"][0]["code"] == "context-too-long"
-    assert set(report["findings"][0]) == {"code", "severity", "key", "message", "fix", "rule"}
+    assert set(report["findings"][0]) == {"code", "severity", "key", "message", "fix", "rule", "change"}
     assert report["fit"]["bucket"] == "runnable with a change"
-    assert "serving.max_context: Use ≤ 32768" in report["fit"]["reasons"][0]
+    assert "serving.max_context: Set serving.max_context=32768" in report["fit"]["reasons"][0]
 
 
 @pytest.mark.parametrize("args", BAD_INPUT)

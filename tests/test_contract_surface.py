@@ -150,7 +150,8 @@ def test_validate_ends_with_the_fit_in_three_buckets(cli: Cli) -> None:
     assert runnable.returncode == 0 and runnable.stdout.splitlines()[-1] == "fit: runnable"
     change = cli("validate", "+model=llama", "mesh=n150", "serving.max_context=131072")
     assert change.returncode == 2
-    assert change.stderr.splitlines()[-1].startswith("fit: runnable with a change: serving.max_context: Use ≤ 32768")
+    fit = "fit: runnable with a change: serving.max_context: Set serving.max_context=32768"
+    assert change.stderr.splitlines()[-1].startswith(fit)
     not_runnable = cli("validate", "+model=gpt_oss", "mesh=n150")
     assert not_runnable.stderr.splitlines()[-1].startswith("fit: not runnable: mesh: model=gpt_oss")
     kv = cli("validate", TINY, "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
@@ -167,8 +168,9 @@ def test_validate_and_plan_take_against_and_the_matrix_reports_fit(cli: Cli) -> 
     assert "# the plugin adjusts (set in this plan): chunked prefill is switched off" in plan.stdout
     rows = json.loads(cli("matrix", "--mesh", "p300x2", "--model", "gemma", "--json").stdout)
     buckets = {r["checkpoint"]: r["fit"]["bucket"] for r in rows}
-    # Its on-device sampling rests on an unverified record: the same change validate asks for.
-    assert buckets["google/diffusiongemma-26B-A4B-it"] == "runnable with a change"
+    # Its on-device sampling rests on an unverified record, and a block-output model must sample on device: no
+    # setting runs it, as validate says (switching sampling off would only bring back the block-output refusal).
+    assert buckets["google/diffusiongemma-26B-A4B-it"] == "not runnable"
     rows = json.loads(cli("matrix", "--mesh", "p300x2", "--model", "gemma", "--against", "vllm=0.25.1",
                                 "--json").stdout)  # fmt: skip
     assert {r["checkpoint"]: r["fit"]["bucket"] for r in rows}["google/diffusiongemma-26B-A4B-it"] == "not runnable"

@@ -30,10 +30,10 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.config.schema import ControlTls
 from appliance.control.client import ControlClient, SyncControlClient, Target
-from appliance.control.tls import check_server_files
 from appliance.deploy.gateway import backend, render_haproxy, run_haproxy
 from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 from appliance.errors import ApiError, ConfigError
+from appliance.preflight.tls_files import check_server_files
 
 from .appliance_process import free_ports
 from .helpers import TINY, Cli

@@ -73,7 +73,7 @@ def test_a_generated_control_token_file_is_0600(tmp_path: Path) -> None:
 
 
 def test_serve_reads_the_secret_files_the_environment_lacks(tmp_path: Path) -> None:
-    from appliance.serve import secrets_from_dir
+    from appliance.preflight.launch import secrets_from_dir
 
     for name, value in [("APPLIANCE_TOKEN", "ctl\n"), ("HF_TOKEN", "hf_from_file"), ("not-a-variable", "x")]:
         (tmp_path / name).write_text(value)
@@ -85,7 +85,7 @@ def test_serve_reads_the_secret_files_the_environment_lacks(tmp_path: Path) -> N
 
 def test_a_secrets_dir_that_is_not_there_is_a_config_error(tmp_path: Path) -> None:
     from appliance.errors import ConfigError
-    from appliance.serve import secrets_from_dir
+    from appliance.preflight.launch import secrets_from_dir
 
     with pytest.raises(ConfigError, match="APPLIANCE_SECRETS_DIR"):
         secrets_from_dir({"APPLIANCE_SECRETS_DIR": str(tmp_path / "missing")})

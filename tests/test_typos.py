@@ -5,6 +5,7 @@ Every case runs the real command line on the real conf/ and real files; each ans
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,19 @@ def test_a_site_or_host_file_without_its_package_line_is_told_to_add_it(cli: Cli
     assert "the host file's keys landed under `local`. Start the file with `# @package _global_`" in host
 
 
-def test_hydras_append_advice_stays_for_a_key_the_schema_has_but_the_tree_lacks(cli: Cli) -> None:
-    line = refused(cli("validate", "control.tls.ca_file=ca.pem"))  # control.tls is null until set
-    assert "To append to your config use +control.tls.ca_file=ca.pem" in line
+def test_a_dotted_key_under_a_null_section_works_as_the_dict_form_does(cli: Cli, tmp_path: Path) -> None:
+    """control.tls is null until set: its keys, spelled one by one, compose as `control.tls={...}` does, and the
+    schema names whatever the section still lacks. Hydra's "+key" advice never appears for a key the schema has."""
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    dotted = cli("plan", "--json", f"control.tls.cert_file={cert}", f"control.tls.key_file={key}")
+    whole = cli("plan", "--json", f"control.tls={{cert_file: {cert}, key_file: {key}}}")
+    # Both reach the same verdict: the files do not exist, as serve would find (tls-file, the same line).
+    assert dotted.returncode == whole.returncode == 2
+    assert json.loads(dotted.stdout) == json.loads(whole.stdout)
+    assert json.loads(dotted.stdout)["findings"][0]["code"] == "tls-file"
+    done = cli("validate", "control.tls.ca_file=ca.pem")
+    assert done.returncode == 2 and "+control" not in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        f"error[missing-key] control.tls.{k}: `control.tls.{k}` has no value. Set control.tls.{k}=<value>"
+        for k in ("cert_file", "key_file")
+    ]

@@ -69,7 +69,15 @@ Its help text is in `appliance.cli.main`'s command table, which lists every comm
 
 def findings(problems: Sequence[Problem], fit: Fit | None = None) -> dict[str, Any]:
     items = [
-        {"code": p.code, "severity": p.severity, "key": p.key, "message": p.message, "fix": p.fix, "rule": p.rule}
+        {
+            "code": p.code,
+            "severity": p.severity,
+            "key": p.key,
+            "message": p.message,
+            "fix": p.fix,
+            "rule": p.rule,
+            "change": list(p.change),
+        }
         for p in problems
     ]
     report: dict[str, Any] = {"ok": not any(p.severity == "error" for p in problems), "findings": items}

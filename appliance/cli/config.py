@@ -15,8 +15,10 @@ from appliance.errors import ConfigError
 from appliance.slots.declare import slot_options, slots_choice
 
 if TYPE_CHECKING:
+    from appliance.compat.validate import ValidatedConfig
     from appliance.engines.config_probe import EngineVerdict
     from appliance.plan import LaunchPlan
+    from appliance.preflight.launch import LaunchChecks
 
 __all__ = ["register"]
 
@@ -38,12 +40,18 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             err.print(problem.render(), markup=False)
         err.print(f"fit: {fit.line()}", markup=False)
         return 2
-    fit = fit_of(validated.warnings)
+    launch = _launch(validated)
+    found = validated.warnings + launch.problems
+    fit = fit_of(found)
+    refused = any(p.severity == "error" for p in found)
     if args.json:
-        out.print_json(data=findings(validated.warnings, fit))
-        return 0
-    for warning in validated.warnings:
-        err.print(warning.render(), markup=False)
+        out.print_json(data=findings(found, fit) | {"host_only": list(launch.host_only)})
+        return 2 if refused else 0
+    for problem in found:
+        err.print(problem.render(), markup=False)
+    if refused:
+        err.print(f"fit: {fit.line()}", markup=False)
+        return 2
     row, state = validated.row, validated.state
     under = f", under vllm-tt-plugin {state.label}" if state else ""
     out.print(
@@ -52,8 +60,26 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"config {validated.composed.config_hash}{under}",
         markup=False,
     )
+    out.print(_host_only_line(launch, args.overrides), markup=False)
     out.print(f"fit: {fit.line()}", markup=False)
     return 0
+
+
+def _launch(validated: ValidatedConfig) -> LaunchChecks:
+    """What `serve` would refuse here before it binds or spawns (preflight/launch.py), beside the config's verdict."""
+    import os
+
+    from appliance.host.discovery import discover_host
+    from appliance.plan import build_plan
+    from appliance.preflight.launch import launch_checks
+
+    devices = validated.engine == "tt" and bool(discover_host().boards)
+    return launch_checks(build_plan(validated), os.environ, devices=devices)
+
+
+def _host_only_line(launch: LaunchChecks, overrides: list[str]) -> str:
+    command = " ".join(["appliance check", *overrides])
+    return f"host-only (judged on the serving host by serve, or now by `{command}`): {', '.join(launch.host_only)}"
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -67,12 +93,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return plan_all_sites(args)
     if slots_choice(args.overrides) is not None:
         return plan_slots(args)
-    plan = build_plan(validated_for(args, load_matrix(), args.probe))
+    validated = validated_for(args, load_matrix(), args.probe)
+    plan = build_plan(validated)
+    launch = _launch(validated)
+    if launch.problems:
+        if args.json:
+            out.print_json(data=findings(launch.problems, fit_of(launch.problems)))
+        for problem in launch.problems:
+            err.print(problem.render(), markup=False)
+        return 2
     verdict = _probe(plan) if args.probe else None
     if args.json:
         out.print_json(data=plan.to_json() | ({"probe": verdict_json(verdict)} if verdict else {}))
     else:
         _print_plan(plan)
+        out.print(f"# {_host_only_line(launch, args.overrides)}", markup=False)
     if verdict is None:
         return 0
     if not args.json:

@@ -30,6 +30,7 @@ __all__ = ["control_token", "register"]
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from appliance.preflight.launch import secrets_from_dir
     from appliance.serve import (
         Generations,
         bind_control_socket,
@@ -38,7 +39,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         host_locks,
         preflight,
         run_service,
-        secrets_from_dir,
     )
 
     # A Secret mounted as files becomes the variables the config names, before anything reads them.
@@ -52,13 +52,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
         gates = load_gate_file(args.gates)
     planned = _planned(args, tuple(args.overrides), None)
+    preflight(planned.plan, host)  # before the journal is read: its directory is judged too
     journal = _resumed_journal(args, planned.plan)
     if journal.current.overrides != tuple(args.overrides):
         # an upgrade passed: serve its generation
         planned = _planned(args, journal.current.overrides, journal.current.against)
+        preflight(planned.plan, host)
     validated, plan = planned.validated, planned.plan
     _announce(plan, validated.family.description)
-    preflight(plan, host)
     checks = check.host_checks_for_serve(validated, plan, host)
     with host_locks(plan, host):
         control = bind_control_socket(plan)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from appliance.compat.state_set import PluginStates
@@ -22,6 +22,7 @@ __all__ = [
     "check_extra_args",
     "check_tt_env",
     "check_tt_options",
+    "extra_args_without",
     "cpu_kv_cache_bytes",
     "flag_names",
     "kv_dtype_scale",
@@ -86,14 +87,15 @@ def _unknown_tt_key(key: str, state: PluginState, states: PluginStates) -> Probl
     where = f"tt.{key}"
     if key.startswith("_tt_"):
         return Problem("tt-config-key", where, "reserved key the plugin writes itself",
-                       f"Remove {where}; use serving.data_parallel for data parallelism")  # fmt: skip
+                       f"Remove {where}; use serving.data_parallel for data parallelism",
+                       change=_drop(where))  # fmt: skip
     newer = states.newer_supporting(state, f"tt:{key}")
     if newer is not None:
         return Problem("unsupported-feature", where, unsupported_at(states, state, f"tt:{key}"),
-                       f"Remove {where} or validate --against vllm={newer.vllm}")  # fmt: skip
+                       f"Remove {where} or validate --against vllm={newer.vllm}", change=_drop(where))  # fmt: skip
     usable = sorted(k for k, r in state.tt_keys.items() if r.kind not in ("owned", "multi_host", "legacy"))
     return Problem("tt-config-key", where, f"not a key vllm-tt-plugin at {state.label} reads",
-                   f"Use one of: {', '.join(usable)}")  # fmt: skip
+                   f"Remove {where}; the keys it reads: {', '.join(usable)}", change=_drop(where))  # fmt: skip
 
 
 def _tt_value_problem(where: str, value: Any, rule: TtKey) -> Problem | None:
@@ -101,24 +103,33 @@ def _tt_value_problem(where: str, value: Any, rule: TtKey) -> Problem | None:
     said = f"the plugin {_when(rule)}: {rule.refusal.format(value=value)}"
     if rule.kind == "enum" and value not in rule.values:
         return Problem("tt-config-value", where, f"{value!r} is not one of {', '.join(rule.values)}; {said}",
-                       f"Set {where} to one of {', '.join(rule.values)}")  # fmt: skip
+                       f"Set {where} to one of {', '.join(rule.values)}, or remove it",
+                       change=_drop(where))  # fmt: skip
     if rule.kind in ("bytes", "positive_int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         what = "byte count" if rule.kind == "bytes" else "integer"
         return Problem("tt-config-value", where, f"{value!r} is not a positive {what}; {said}",
-                       f"Set {where} to a positive integer")  # fmt: skip
+                       f"Set {where} to a positive integer, or remove it", change=_drop(where))  # fmt: skip
     if rule.kind == "bool" and not isinstance(value, bool):
-        return Problem("tt-config-value", where, f"{value!r} is not a boolean; {said}", f"Set {where}=true or false")
+        return Problem("tt-config-value", where, f"{value!r} is not a boolean; {said}",
+                       f"Set {where}=true or false, or remove it", change=_drop(where))  # fmt: skip
     if rule.kind == "false_only" and value is not False:
-        return Problem("tt-config-value", where, said, f"Remove {where}")
+        return Problem("tt-config-value", where, said, f"Remove {where}", change=_drop(where))
     if rule.kind == "owned":
         return Problem("tt-config-key", where, f"set by the {rule.owner} config group",
-                       f"Remove {where} and use {rule.owner}=performance|accuracy")  # fmt: skip
+                       f"Remove {where} and use {rule.owner}=performance|accuracy", change=_drop(where))  # fmt: skip
     if rule.kind == "multi_host":
-        return Problem("unsupported-feature", where, said, f"Remove {where}; serve one host per appliance")
+        return Problem("unsupported-feature", where, said, f"Remove {where}; serve one host per appliance",
+                       change=_drop(where))  # fmt: skip
     if rule.kind == "legacy":
         return Problem("tt-config-key", where, f"legacy key: {rule.refusal}",
-                       f"Remove {where}; use serving.data_parallel for data parallelism")  # fmt: skip
+                       f"Remove {where}; use serving.data_parallel for data parallelism",
+                       change=_drop(where))  # fmt: skip
     return None
+
+
+def _drop(key: str) -> tuple[str, ...]:
+    """The override that removes `key` from the config (Hydra's `~key`)."""
+    return (f"~{key}",)
 
 
 def _when(rule: TtKey) -> str:
@@ -134,12 +145,19 @@ def check_tt_env(env: Mapping[str, str], state: PluginState, states: PluginState
             if states.newer_supporting(state, f"env:{name}") is not None:
                 yield Problem("unsupported-feature", where, f"{name} is read by nobody here: "
                               f"{unsupported_at(states, state, f'env:{name}')}", f"Remove {name}",
-                              rule=f"feature.{_feature_for_env(name)}")  # fmt: skip
+                              rule=f"feature.{_feature_for_env(name)}", change=_drop(where))  # fmt: skip
             continue
         if not _env_value_ok(rule.format, value, rule.values, rule.grid):
             allowed = ", ".join(rule.values) + (" or a '(rows, cols)' grid" if rule.grid else "")
             fix = f"Use one of {allowed}" if rule.values else "Write Arch=module.path:ClassName[,...]"
-            yield _with_rule(Problem("tt-env-value", where, f"{value!r}: {rule.refusal.format(value=value)}", fix),
+            problem = Problem(
+                "tt-env-value",
+                where,
+                f"{value!r}: {rule.refusal.format(value=value)}",
+                f"{fix}, or remove it",
+                change=_drop(where),
+            )
+            yield _with_rule(problem,
                              f"env.{name}", rule.status, state)  # fmt: skip
 
 
@@ -162,13 +180,29 @@ def check_extra_args(args: tuple[str, ...], engine: str, state: PluginState | No
     refused = {f: (k, r) for k, r in (state.features.items() if state and engine == "tt" else ()) for f in r.flags}
     for flag, value in flag_names(args):
         if flag in refused:
-            yield from _refused_flag(flag, value, *refused[flag], state)
+            yield from _refused_flag(flag, value, *refused[flag], state, args)
         elif flag in PLAN_OWNED_FLAGS:
             yield Problem("flag-owned-by-config", "engine.extra_args", f"{flag} is set from {PLAN_OWNED_FLAGS[flag]}",
-                          f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead")  # fmt: skip
+                          f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead",
+                          change=extra_args_without(args, flag))  # fmt: skip
 
 
-def _refused_flag(flag: str, value: str | None, key: str, rule: Any, state: PluginState | None) -> Iterator[Problem]:
+def extra_args_without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """The override that sets engine.extra_args to `args` less `flag` and its value (a user's fix: drop the flag)."""
+    dropped: set[int] = set()
+    for i, token in enumerate(args):
+        name, eq, _ = token.partition("=")
+        if token.startswith("-") and name.replace("_", "-") == flag:
+            dropped.add(i)
+            if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
+                dropped.add(i + 1)  # its value
+    kept = [token for i, token in enumerate(args) if i not in dropped]
+    return ("engine.extra_args=[" + ",".join(json.dumps(t) for t in kept) + "]",)
+
+
+def _refused_flag(
+    flag: str, value: str | None, key: str, rule: Any, state: PluginState | None, args: tuple[str, ...]
+) -> Iterator[Problem]:
     if value is not None and value in rule.allowed:
         return
     if key == "max_logprobs" and state is not None:
@@ -176,13 +210,15 @@ def _refused_flag(flag: str, value: str | None, key: str, rule: Any, state: Plug
             yield _with_rule(Problem("unsupported-feature", "engine.extra_args",
                                      f"--max-logprobs {value} exceeds the TT limit of {state.max_logprobs}: "
                                      f"{rule.refusal}",
-                                     f"Use --max-logprobs {state.max_logprobs} or less"),
+                                     f"Use --max-logprobs {state.max_logprobs} or less",
+                                     change=extra_args_without(args, flag)),
                              "feature.max_logprobs", rule.status, state)  # fmt: skip
         return
     label = state.label if state else "this state"
     yield _with_rule(Problem("unsupported-feature", "engine.extra_args",
                              f"{flag}: {rule.reason} is not supported by vllm-tt-plugin at {label} ({rule.refusal})",
-                             f"Remove {flag} for engine=tt"), f"feature.{key}", rule.status, state)  # fmt: skip
+                             f"Remove {flag} for engine=tt", change=extra_args_without(args, flag)),
+                     f"feature.{key}", rule.status, state)  # fmt: skip
 
 
 def split_additional_config(args: tuple[str, ...], state: PluginState | None) -> ExtraArgs:
@@ -285,9 +321,9 @@ def _with_rule(problem: Problem, rule: str, status: str, state: PluginState | No
     """Attach the rule id; an unverified rule only warns, naming its doubt."""
     if status == "unverified" and problem.severity == "error":
         label = state.label if state else ""
-        return Problem(problem.code, problem.key, f"{problem.message} (unverified at {label}: the records disagree "
-                       "or name no commit)", problem.fix, "warning", rule)  # fmt: skip
-    return Problem(problem.code, problem.key, problem.message, problem.fix, problem.severity, rule)
+        message = f"{problem.message} (unverified at {label}: the records disagree or name no commit)"
+        return replace(problem, message=message, severity="warning", rule=rule)
+    return replace(problem, rule=rule)
 
 
 def _is_grid(text: str) -> bool:

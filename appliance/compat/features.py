@@ -24,6 +24,7 @@ from appliance.errors import Problem, Severity
 __all__ = [
     "Capabilities",
     "Request",
+    "capability_proof",
     "check_features",
     "class_capabilities",
     "loaded_class",
@@ -179,6 +180,7 @@ def _cpu_capability(cfg: ApplianceConfig, caps: Capabilities, feature: str) -> I
             f"the CPU engine's model does not declare {feature} ({fact.source})",
             f"Set features.{feature}=false (or features.strict=false)",
             severity,
+            change=(f"features.{feature}=false",),
         )
 
 
@@ -194,25 +196,50 @@ def _capability(
     rule, fact, rule_id = state.capability_keys.get(key), caps.facts[key], f"capability.{key}"
     if rule is None or caps.declared(key):
         return
-    commit = caps.tt_metal or "(the row names no commit)"
+    at = f"at tt-metal {caps.tt_metal}" if caps.tt_metal else "at the row's tt-metal (the row names no commit)"
     if fact.verified:
         why = f"{cls} does not declare {key} ({fact.source})"
     elif fact.value:
-        why = (
-            f"only an unverified record says {cls} declares {key} ({fact.source}); verifying it (status: verified "
-            f"at tt-metal {commit}) or serving where the tt-metal environment is installed would change that"
-        )
+        why = f"only an unverified record says {cls} declares {key} {at} ({fact.source})"
     else:
-        why = f"no record says {cls} declares {key} at tt-metal {commit}, and the plugin takes a missing key for no"
+        why = f"no record says {cls} declares {key} {at}, and the plugin takes a missing key for no"
+    off = f"{where}={_OFF.get(feature, 'false')}"
     if rule.missing == "reject":  # the plugin refuses the launch whatever features.strict says
         severity: Severity = "error" if rule.status == "verified" else "warning"
-        yield Problem("capability-not-declared", where, f"{why}: the plugin refuses it: {rule.refusal}",
-                      f"Set {where} off", severity, rule_id)  # fmt: skip
+        refusal = rule.refusal.rstrip(".")
+        if feature == "sample_on_device" and caps.block_output:
+            # Switching it off is no way out: a block-output model must sample on device (_block_output).
+            yield Problem("capability-not-declared", where, f"not runnable here: {why}, and a block-output model "
+                          f"must sample on device; the plugin refuses it: {refusal}",
+                          capability_proof(fact.value, caps.tt_metal), severity, rule_id)  # fmt: skip
+            return
+        yield Problem("capability-not-declared", where, f"{why}: the plugin refuses it: {refusal}", f"Set {off}",
+                      severity, rule_id, change=(off,))  # fmt: skip
         return
     severity = "error" if cfg.features.strict else "warning"
-    fix = f"Set {where} off (or features.strict=false to keep going without it)"
+    fix = f"Set {off} (or features.strict=false to keep going without it)"
     yield Problem(
-        "capability-not-declared", where, f"{why}: the plugin drops it: {rule.refusal}", fix, severity, rule_id
+        "capability-not-declared",
+        where,
+        f"{why}: the plugin drops it: {rule.refusal}",
+        fix,
+        severity,
+        rule_id,
+        change=(off,),
+    )
+
+
+# A feature's "off" where it is not `false`.
+_OFF = {"sample_on_device": "off"}
+
+
+def capability_proof(recorded: object, tt_metal: str | None) -> str:
+    """What would make runnable a capability the records cannot prove: no setting of the config can."""
+    at = f"at tt-metal {tt_metal}" if tt_metal else "at the row's tt-metal, which it names no commit of"
+    record = "verify the record in models/" if recorded else "record the capability in models/"
+    return (
+        f"No setting changes that: {record} (status: verified, {at}), or judge it where the tt-metal environment "
+        "is installed (`appliance plan --probe` reads the class itself)"
     )
 
 
@@ -227,16 +254,18 @@ def _state_gate(
             return []
         return [Problem("capability-not-declared", where, f"chunked prefill for model_type {arch.model_type} is "
                         f"{unsupported_at(states, state, 'chunked_prefill:')}", "Set features.chunked_prefill=null",
-                        rule="chunked_prefill.model_type")]  # fmt: skip
+                        rule="chunked_prefill.model_type", change=("features.chunked_prefill=null",))]  # fmt: skip
     if feature == "speculative" and state.speculative is None:
         refusal = state.features["speculative"].refusal if "speculative" in state.features else "refused"
         support = unsupported_at(states, state, f"speculative:{cfg.features.speculative}")
         return [Problem("unsupported-feature", where, f"speculative decoding is {support} ({refusal})",
-                        "Set features.speculative=off", rule="feature.speculative")]  # fmt: skip
+                        "Set features.speculative=off", rule="feature.speculative",
+                        change=(_NO_SPECULATION,))]  # fmt: skip
     if feature == "chunked_prefill" and caps.block_output:
         return [Problem("capability-not-declared", where, f"{caps.target} is a block-output model, which cannot "
                         "resume a split prompt: the plugin switches chunked prefill off",
-                        "Set features.chunked_prefill=null", rule="chunked_prefill.capability")]  # fmt: skip
+                        "Set features.chunked_prefill=null", rule="chunked_prefill.capability",
+                        change=("features.chunked_prefill=null",))]  # fmt: skip
     return None
 
 
@@ -246,17 +275,22 @@ def _speculative(
     where = "features.speculative"
     if cfg.features.speculative not in spec.methods:
         yield Problem("unsupported-feature", where, f"method {cfg.features.speculative} is not one of "
-                      f"{', '.join(spec.methods)} at {state.label}", "Set features.speculative=ngram")  # fmt: skip
+                      f"{', '.join(spec.methods)} at {state.label}", "Set features.speculative=ngram",
+                      change=("features.speculative=ngram",))  # fmt: skip
     if lane:
         yield Problem("unsupported-feature", where, f"speculative decoding with lane data parallelism: "
                       f"{spec.lane_dp_refusal}", "Set features.speculative=off or serving.data_parallel=1",
-                      rule="speculative.lane_dp")  # fmt: skip
+                      rule="speculative.lane_dp", change=(_NO_SPECULATION,))  # fmt: skip
     if cfg.features.async_decode and not caps.value("supports_async_spec_decode"):
         yield Problem("unsupported-feature", where, f"async decode with speculation: {spec.async_refusal}",
-                      "Set features.async_decode=false", rule="speculative.async")  # fmt: skip
+                      "Set features.async_decode=false", rule="speculative.async",
+                      change=("features.async_decode=false",))  # fmt: skip
     yield from _workload_shares(cfg.workload, spec)
     yield Problem("speculative-greedy", where, spec.greedy, "Serve sampled traffic without speculation", "warning",
                   "speculative.greedy")  # fmt: skip
+
+
+_NO_SPECULATION = "features.speculative=off"
 
 
 def _workload_shares(work: WorkloadConfig, spec: Speculative) -> Iterator[Problem]:
@@ -270,6 +304,7 @@ def _workload_shares(work: WorkloadConfig, spec: Speculative) -> Iterator[Proble
                 f"requests, which a speculative launch refuses: {spec.request_refusal}",
                 "Set features.speculative=off or use a workload without them",
                 rule="speculative.requests",
+                change=(_NO_SPECULATION,),
             )
 
 
@@ -278,21 +313,22 @@ def _block_output(
 ) -> Iterator[Problem]:
     width = caps.value("output_tokens_per_step")
     on_device = req.tt.get("sample_on_device_mode") == "all"
-    checks = (
-        ("max_num_seqs", "serving.max_concurrency", req.concurrency // req.data_parallel != 1, rules.max_num_seqs),
-        ("data_parallel", "serving.data_parallel", req.data_parallel != 1, rules.data_parallel),
-        ("synchronous", "features.async_decode", cfg.features.async_decode, rules.synchronous),
-        ("sample_on_device", "features.sample_on_device", not on_device, rules.sample_on_device),
-        ("prefix_caching", "features.prefix_caching", cfg.features.prefix_caching, rules.prefix_caching),
-        ("speculative", "features.speculative", cfg.features.speculative != "off", rules.speculative),
+    checks = (  # (rule, key, broken, the plugin's refusal, the row's setting)
+        ("max_num_seqs", "serving.max_concurrency", req.concurrency // req.data_parallel != 1, rules.max_num_seqs,
+         "1"),
+        ("data_parallel", "serving.data_parallel", req.data_parallel != 1, rules.data_parallel, "1"),
+        ("synchronous", "features.async_decode", cfg.features.async_decode, rules.synchronous, "false"),
+        ("sample_on_device", "features.sample_on_device", not on_device, rules.sample_on_device, "all"),
+        ("prefix_caching", "features.prefix_caching", cfg.features.prefix_caching, rules.prefix_caching, "false"),
+        ("speculative", "features.speculative", cfg.features.speculative != "off", rules.speculative, "off"),
     )  # fmt: skip
     if arch_class in rules.required_classes and not caps.block_output:
         yield Problem("block-output", "model.checkpoint", f"{caps.target} does not declare output_tokens_per_step > 1:"
                       f" {rules.required}", "Record the class's output_tokens_per_step in models/ or use another "
                       "checkpoint", rule="block_output.required")  # fmt: skip
         return
-    for part, where, broken, refusal in checks:
+    for part, where, broken, refusal, setting in checks:
         if broken:
             yield Problem("block-output", where, f"{caps.target} commits {width} tokens per step: {refusal}",
-                          "Use the row's settings (one sequence, DP 1, synchronous, sample_on_device=all)",
-                          rule=f"block_output.{part}")  # fmt: skip
+                          f"Set {where}={setting} (the row's settings: one sequence, DP 1, synchronous, on-device "
+                          "sampling)", rule=f"block_output.{part}", change=(f"{where}={setting}",))  # fmt: skip

@@ -1,7 +1,9 @@
 """Fit before boot, in three buckets: runnable, runnable with a change (the nearest settings named), not runnable.
 
 A config's bucket comes from its findings: some mean no serving setting can help (the model has no row
-on the mesh, the plugin state has no class for it), the rest name the change that fixes them. A matrix
+on the mesh, the plugin state has no class for it, or no finding names a change: `Problem.change` is empty),
+the rest name the change that fixes them, as overrides an operator can apply (tests/test_fix_convergence.py
+applies them over the whole matrix and fails on any chain that does not end, or ends where it began). A matrix
 row's bucket comes from its own defaults under a plugin state, without composing a config.
 """
 
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from appliance.compat.features import class_capabilities
+from appliance.compat.features import capability_proof, class_capabilities
 from appliance.compat.limits import KvPool, check_kv_pool
 from appliance.compat.matrix import Architecture, DeviceRow
 from appliance.compat.states import PluginState
@@ -46,9 +48,10 @@ def fit_of(problems: Sequence[Problem]) -> Fit:
     """The bucket a set of validation findings puts a config in."""
     errors = [p for p in problems if p.severity == "error"]
     unverified = tuple(dict.fromkeys(p.code for p in problems if p.code.endswith("-unverified")))
-    fatal = [p for p in errors if p.code in NOT_RUNNABLE]
+    fatal = [p for p in errors if p.code in NOT_RUNNABLE or not p.change]
     if fatal:
-        return Fit("not runnable", tuple(f"{p.key}: {p.message}" for p in fatal), unverified)
+        return Fit("not runnable", tuple(f"{p.key}: {p.message}" + (f"; {p.fix}" if p.fix else "") for p in fatal),
+                   unverified)  # fmt: skip
     changes = errors + [p for p in problems if p.code in FIT_WARNINGS]
     if changes:
         return Fit("runnable with a change", tuple(f"{p.key}: {p.fix or p.message}" for p in changes), unverified)
@@ -83,5 +86,10 @@ def _row_sampling(state: PluginState, arch: Architecture, row: DeviceRow) -> lis
         return []
     fact = caps.facts["supports_sample_on_device"]
     doubt = "only an unverified record says it declares it" if fact.value else "it does not declare it"
-    return [Problem("capability-not-declared", "features.sample_on_device", f"{caps.target}: {doubt} ({fact.source})",
-                    "features.sample_on_device=off, or verify the record")]  # fmt: skip
+    where, off = "features.sample_on_device", "features.sample_on_device=off"
+    if caps.block_output:  # it must sample on device: switching it off is no way out
+        return [Problem("capability-not-declared", where, f"{caps.target}: {doubt} ({fact.source}), and a "
+                        "block-output model must sample on device",
+                        capability_proof(fact.value, caps.tt_metal))]  # fmt: skip
+    return [Problem("capability-not-declared", where, f"{caps.target}: {doubt} ({fact.source})",
+                    f"Set {off}, or verify the record", change=(off,))]  # fmt: skip

@@ -39,14 +39,16 @@ def check_limits(cfg: ApplianceConfig, checkpoint: Checkpoint, row: DeviceRow, c
         alt = f", or mesh={'|'.join(d.mesh for d in bigger)} ({bigger[0].max_context})" if bigger else ""
         yield Problem("context-too-long", "serving.max_context",
                       f"serving.max_context={context} exceeds {row.max_context}, the most validated for {where}",
-                      f"Use ≤ {row.max_context}{alt}")  # fmt: skip
+                      f"Set serving.max_context={row.max_context}{alt}",
+                      change=(f"serving.max_context={row.max_context}",))  # fmt: skip
     if context < 1 or concurrency < 1:
         yield Problem("bad-limit", "serving", "max_context and max_concurrency must be positive", "Use values ≥ 1")
     if concurrency > row.max_concurrency:
         yield Problem("concurrency-too-high", "serving.max_concurrency",
                       f"serving.max_concurrency={concurrency} exceeds {row.max_concurrency}, the most validated "
                       f"for {where}",
-                      f"Use ≤ {row.max_concurrency}")  # fmt: skip
+                      f"Set serving.max_concurrency={row.max_concurrency}",
+                      change=(f"serving.max_concurrency={row.max_concurrency}",))  # fmt: skip
     if row.status_rank() < STATUS_ORDER.index(cfg.site.min_status):
         yield Problem("status-below-minimum", "site.min_status",
                       f"{where} is {row.status}; site {cfg.site.name} requires at least {cfg.site.min_status}",
@@ -55,24 +57,31 @@ def check_limits(cfg: ApplianceConfig, checkpoint: Checkpoint, row: DeviceRow, c
 
 def check_data_parallel(cfg: ApplianceConfig, arch: Architecture, checkpoint: Checkpoint, row: DeviceRow, dp: int,
                         concurrency: int, lane: bool) -> Iterator[Problem]:  # fmt: skip
-    key = "serving.data_parallel"
+    key, one = "serving.data_parallel", ("serving.data_parallel=1",)
     if dp < 1:
-        yield Problem("data-parallel", key, f"{dp} is not a valid data-parallel size", "Use 1 or more")
+        yield Problem("data-parallel", key, f"{dp} is not a valid data-parallel size", "Set serving.data_parallel=1",
+                      change=one)  # fmt: skip
         return
     if dp > 1 and arch.moe and not lane:
         yield Problem("data-parallel", key, f"standard data parallelism rejects MoE models ({checkpoint.checkpoint})",
-                      "Use serving.data_parallel=1")  # fmt: skip
+                      "Set serving.data_parallel=1", change=one)  # fmt: skip
     if dp > 1 and lane and arch.mrope:
         yield Problem("data-parallel", key, "lane data parallelism does not support mrope/vision models",
-                      "Use serving.data_parallel=1 or unset the Galaxy text version")  # fmt: skip
+                      "Set serving.data_parallel=1 or unset the Galaxy text version", change=one)  # fmt: skip
     if dp > 1 and cfg.mesh.chips % dp:
+        fits = row.data_parallel if cfg.mesh.chips % row.data_parallel == 0 else 1
         yield Problem("data-parallel", key, f"mesh={cfg.mesh.option} ({cfg.mesh.chips} chips) cannot split into {dp}",
-                      "Use a data-parallel size that divides the chip count")  # fmt: skip
+                      f"Set serving.data_parallel={fits}, a size that divides the chip count",
+                      change=(f"serving.data_parallel={fits}",))  # fmt: skip
     if concurrency % dp:
+        even = max(concurrency - concurrency % dp, dp)
+        # Past the row's concurrency a multiple of dp is no fix (concurrency-too-high would undo it): fewer ranks are.
+        fewer = even > row.max_concurrency
+        change = f"serving.data_parallel={row.data_parallel}" if fewer else f"serving.max_concurrency={even}"
+        why = "the row's data parallelism" if fewer else f"a multiple of {dp}"
         yield Problem("data-parallel", "serving.max_concurrency",
                       f"{concurrency} sequences do not split evenly over {dp} data-parallel "
-                      f"{'lanes' if lane else 'ranks'}",
-                      f"Use a multiple of {dp}")  # fmt: skip
+                      f"{'lanes' if lane else 'ranks'}", f"Set {change}, {why}", change=(change,))  # fmt: skip
     if dp != row.data_parallel:
         yield Problem("data-parallel-not-validated", key,
                       f"data_parallel={dp} differs from the validated {row.data_parallel}",
@@ -119,8 +128,10 @@ def _pool_findings(pool: KvPool, context: int, per_rank_seqs: int, dp: int, mesh
     need = -(-context // pool.block) * pool.block
     fits_each = pool.tokens // max(per_rank_seqs, 1) // pool.block * pool.block
     users = max(pool.tokens // max(need, 1) * dp, 1)
+    # The fix a user would type first: the context that fits every user, else the users that fit this context.
+    change = f"serving.max_context={fits_each}" if fits_each >= pool.block else f"serving.max_concurrency={users}"
     fix = (f"Use max_context ≤ {fits_each} fits {per_rank_seqs * dp} users on {mesh}, or max_concurrency ≤ {users} "
-           f"at max_context {context}")  # fmt: skip
+           f"at max_context {context}: set {change}")  # fmt: skip
     if need > pool.tokens:
         return [
             Problem(
@@ -128,15 +139,18 @@ def _pool_findings(pool: KvPool, context: int, per_rank_seqs: int, dp: int, mesh
                 "serving.max_context",
                 f"{context} tokens need more KV blocks than the pool of {pool.tokens} tokens holds; the engine "
                 "would fail only after loading the model",
-                f"Use serving.max_context ≤ {pool.tokens} or give the engine more KV cache memory",
+                f"Set serving.max_context={pool.tokens // pool.block * pool.block} or give the engine more KV cache "
+                "memory",
+                change=(f"serving.max_context={pool.tokens // pool.block * pool.block}",),
             )
         ]
     if pool.tokens < 2 * context:
         return [Problem("context-near-pool", "serving.max_context",
                         f"the KV pool ({pool.tokens} tokens) holds about one request of this length; concurrency ≈ 1",
-                        fix, "warning")]  # fmt: skip
+                        fix, "warning", change=(change,))]  # fmt: skip
     if need * per_rank_seqs > pool.tokens:
         return [Problem("kv-oversubscribed", "serving.max_concurrency",
                         f"{per_rank_seqs} sequences x {context} tokens per rank exceed the KV pool of {pool.tokens} "
-                        "tokens; requests queue or are preempted at full context", fix, "warning")]  # fmt: skip
+                        "tokens; requests queue or are preempted at full context", fix, "warning",
+                        change=(change,))]  # fmt: skip
     return []

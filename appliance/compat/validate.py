@@ -18,6 +18,7 @@ from appliance.compat.contract import (
     check_extra_args,
     check_tt_env,
     check_tt_options,
+    extra_args_without,
     flag_names,
     split_additional_config,
     unsupported_at,
@@ -211,7 +212,8 @@ def _plugin_checks(
 ) -> list[Problem]:  # fmt: skip
     """The `tt` keys, the plugin's environment and the VLLM_* variables under the state (or: none on CPU)."""
     if state is None:
-        problem = Problem("tt-options-on-cpu", "tt", "tt options apply only to engine=tt", "Remove the tt.* keys")
+        problem = Problem("tt-options-on-cpu", "tt", "tt options apply only to engine=tt", "Remove the tt.* keys",
+                          change=tuple(f"~tt.{key}" for key in tt))  # fmt: skip
         return [problem] if tt else []
     return [
         *check_tt_options(tt, state, states),
@@ -245,7 +247,8 @@ def _check_extra_tt(cfg: ApplianceConfig, folded: Mapping[str, Any]) -> list[Pro
             "flag-owned-by-config",
             "engine.extra_args",
             f"--additional-config sets tt.{k}={v!r}, but tt.{k}={cfg.tt[k]!r}",
-            f"Set tt.{k} in one place",
+            f"Set tt.{k} in one place: remove tt.{k}",
+            change=(f"~tt.{k}",),
         )  # fmt: skip
         for k, v in folded.items()
         if k in cfg.tt and cfg.tt[k] != v
@@ -322,7 +325,8 @@ def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
     found = [
         Problem("flag-owned-by-config", "engine.extra_args",
                 f"{flag} is set by engine.scheduler=phased (no chunked prefill, a budget of max_context)",
-                f"Remove {flag} or use engine.scheduler=default")
+                f"Remove {flag} or use engine.scheduler=default",
+                change=extra_args_without(cfg.engine.extra_args, flag))
         for flag, _ in flag_names(cfg.engine.extra_args) if flag in owned
     ]  # fmt: skip
     if cfg.features.chunked_prefill:
@@ -332,6 +336,7 @@ def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
                 "features.chunked_prefill",
                 "engine.scheduler=phased prefills whole prompts",
                 "Set features.chunked_prefill=null",
+                change=("features.chunked_prefill=null",),
             )
         )
     return found
@@ -345,13 +350,15 @@ def _check_precision(cfg: ApplianceConfig, e: _Entry) -> list[Problem]:
                 "precision-not-validated",
                 "precision",
                 f"{e.architecture.tt_class} asserts that no precision profile is passed",
-                "Use precision=default",
+                "Set precision=default",
+                change=("precision=default",),
             )
         ]
     if name not in e.row.precisions:
         return [Problem("precision-not-validated", "precision",
                         f"precision={name} is not validated for {e.checkpoint.checkpoint} on {cfg.mesh.option}",
-                        f"Use precision={'|'.join(e.row.precisions)}")]  # fmt: skip
+                        f"Set precision={e.row.precisions[0]} (validated: {', '.join(e.row.precisions)})",
+                        change=(f"precision={e.row.precisions[0]}",))]  # fmt: skip
     return []
 
 

@@ -15,6 +15,11 @@ folder of the search path, without a package (`@`), a group path (`/`) or `hydra
 applies a dict value to a group's key as a value too, in the first step here). Anything
 else, and every override when one fails to parse or sweeps, goes to the composition of the first
 step, which is then exact by construction.
+
+One spelling differs from Hydra's: a key the schema has but the merged tree lacks, most often one under
+a section whose default is null (`control.tls.cert_file=C` while `control.tls: null`), is added as
+`++key` would add it. The result is the dict form's (`control.tls={cert_file: C}`), and the schema then
+judges the section whole; Hydra's "use +key" advice is never given for a key the schema has.
 """
 
 from __future__ import annotations
@@ -57,10 +62,28 @@ def apply_value_overrides(cfg: DictConfig, values: Sequence[Override]) -> dict[s
     from omegaconf import OmegaConf
 
     OmegaConf.set_struct(cfg, True)  # as Hydra sets it before its override step
-    ConfigLoaderImpl._apply_overrides_to_config(list(values), cfg)
+    ConfigLoaderImpl._apply_overrides_to_config([_schema_spelling(cfg, o) for o in values], cfg)
     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert isinstance(raw, dict)  # a composed root is always a mapping
     return {str(k): v for k, v in raw.items()}
+
+
+def _schema_spelling(cfg: DictConfig, override: Override) -> Override:
+    """`override` as a forced add where it changes a schema key the tree does not hold (module docstring)."""
+    import dataclasses
+
+    from hydra.core.override_parser.types import OverrideType
+    from omegaconf import OmegaConf
+
+    from appliance.config.suggest import schema_keys  # only for a key the tree lacks: a walk of the schema
+
+    key = override.key_or_group
+    if override.type is not OverrideType.CHANGE or OmegaConf.select(cfg, key, default=_ABSENT) is not _ABSENT:
+        return override
+    return dataclasses.replace(override, type=OverrideType.FORCE_ADD) if key in schema_keys() else override
+
+
+_ABSENT = object()
 
 
 def tree_classes() -> tuple[type, ...]:

@@ -1,4 +1,5 @@
-"""TLS for the control API: the server's files judged before anything binds, and what clients verify with.
+"""TLS for the control API: what the server is given and what clients verify with (preflight/tls_files.py judges
+the server's files before anything binds).
 
 Off by default (`control.tls: null`): on one host the API stays on loopback with plain HTTP and a bearer token.
 Across hosts (the fleet console, the gateway's health checks, a Kubernetes preStop hook) the token would travel
@@ -7,64 +8,13 @@ in the clear, so `control.tls` serves the same API over TLS from the same server
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 import ssl
-import stat
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from appliance.config.schema import ControlTls
-from appliance.errors import ConfigError, Problem
 
-__all__ = ["check_server_files", "client_context", "uvicorn_tls"]
-
-
-def check_server_files(tls: ControlTls, now: dt.datetime | None = None) -> None:
-    """ConfigError (one line naming the file) for a key others can read, a certificate that does not match its
-    key, has expired or is not yet valid, or a CA that does not verify it."""
-    from cryptography import x509
-    from cryptography.exceptions import InvalidSignature
-
-    cert_pem = _read("control.tls.cert_file", tls.cert_file)
-    _read("control.tls.key_file", tls.key_file)  # an unreadable key is named here; ssl loads it below
-    mode = stat.S_IMODE(os.stat(tls.key_file).st_mode)
-    if mode & 0o077:
-        _refuse("tls-key-exposed", "control.tls.key_file", f"{tls.key_file} is readable by others (mode {mode:04o})",
-                f"chmod 600 {tls.key_file}")  # fmt: skip
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(tls.cert_file, tls.key_file)
-    except ssl.SSLError as error:
-        _refuse("tls-cert-key-mismatch", "control.tls.key_file", f"{tls.key_file} is not the key of {tls.cert_file} "
-                f"({error.reason or error})", "Give the key the certificate was issued for")  # fmt: skip
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError as error:
-        _refuse("tls-cert-invalid", "control.tls.cert_file", f"{tls.cert_file} is not a PEM certificate ({error})",
-                "Give the PEM file of the certificate")  # fmt: skip
-    moment = now or dt.datetime.now(dt.timezone.utc)
-    if moment > cert.not_valid_after_utc:
-        _refuse("tls-cert-expired", "control.tls.cert_file", f"{tls.cert_file} expired on "
-                f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC", "Renew the certificate")  # fmt: skip
-    if moment < cert.not_valid_before_utc:
-        _refuse("tls-cert-expired", "control.tls.cert_file", f"{tls.cert_file} is not valid before "
-                f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC", "Check the clock or the certificate")  # fmt: skip
-    if tls.ca_file is None:
-        return
-    try:
-        authorities = x509.load_pem_x509_certificates(_read("control.tls.ca_file", tls.ca_file))
-    except ValueError as error:
-        _refuse("tls-ca-invalid", "control.tls.ca_file", f"{tls.ca_file} holds no PEM certificate ({error})",
-                "Give the PEM bundle of the CA")  # fmt: skip
-    for authority in authorities:
-        try:
-            cert.verify_directly_issued_by(authority)
-            return
-        except (ValueError, TypeError, InvalidSignature):
-            continue
-    _refuse("tls-ca-mismatch", "control.tls.ca_file", f"{tls.ca_file} does not verify {tls.cert_file} (issued by "
-            f"{cert.issuer.rfc4514_string()})", "Give the CA that issued the certificate")  # fmt: skip
+__all__ = ["client_context", "uvicorn_tls"]
 
 
 def uvicorn_tls(tls: ControlTls | None) -> Mapping[str, Any]:
@@ -75,14 +25,3 @@ def uvicorn_tls(tls: ControlTls | None) -> Mapping[str, Any]:
 def client_context(ca_file: str | None) -> ssl.SSLContext | None:
     """What a client verifies an https control API with: `ca_file`, else the system's trust store (None)."""
     return None if ca_file is None else ssl.create_default_context(cafile=ca_file)
-
-
-def _read(key: str, path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as error:
-        _refuse("tls-file", key, f"{path}: {error.strerror}", "Give a readable PEM file")
-
-
-def _refuse(code: str, key: str, message: str, fix: str) -> NoReturn:
-    raise ConfigError((Problem(code, key, message, fix),))

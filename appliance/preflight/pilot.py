@@ -27,6 +27,7 @@ from appliance.preflight.api_contract import CONTRACT_FILE, diff_contract, load_
 from appliance.preflight.checks import CheckResult, CheckStatus, HostCheckInput, check, host_checks, worst
 from appliance.preflight.engine_config import engine_config_check
 from appliance.preflight.isolation import scan_core
+from appliance.preflight.launch import launch_check
 from appliance.preflight.report import PilotReport
 from appliance.preflight.workload_fit import scheduler_check
 from appliance.resources import default_engines_dir
@@ -74,6 +75,7 @@ def run_pilot(validated: ValidatedConfig, plan: LaunchPlan, host: HostFacts, opt
         pins = str(err)
     checks = (
         *host_checks(HostCheckInput(validated, plan, host)),
+        launch_check(plan, os.environ, devices=bool(host.boards)),
         ttnn_check(validated, host, ttnn),
         cadence_check(pins, env, _releases(options)),
         isolation_check(env, env_error),

@@ -1,0 +1,208 @@
+"""What `serve` refuses before it binds or spawns, judged without an engine: one set of checks that `validate`,
+`plan` and `serve` all run, so `validate` exit 0 means `serve` will not refuse the config for a reason it could
+have known.
+
+The checks read this machine: the files the config names (control.tls), the paths it runs (the engine's
+interpreter, a local checkpoint, the state and log directories), its ports, the secrets it names by variable and
+the cores the host share leaves the engine. They run where the config could be served: always for engine=cpu,
+and for engine=tt where Tenstorrent devices are. A machine without them (a CI job gating a TT site's config)
+cannot know the TT host's files, ports or environment, so `validate` names those checks as host-only, beside the
+host checks (boards, firmware, KMD, hugepages, disk, memory: preflight/checks.py) that `appliance check` runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.errors import ConfigError, Problem
+from appliance.host.share import BIND, engine_cores
+from appliance.plan import LaunchPlan
+from appliance.preflight.checks import CheckResult, check
+
+__all__ = [
+    "HOST_CHECKS",
+    "SECRETS_DIR_ENV",
+    "LaunchChecks",
+    "bound_socket",
+    "launch_check",
+    "launch_checks",
+    "secrets_from_dir",
+]
+
+HOST_CHECKS = ("host.mesh", "host.firmware", "host.kmd", "host.holders", "host.hugepages", "host.disk", "host.memory")
+"""The host checks' ids (preflight/checks.py): `serve` runs them on the host, `validate` only names them."""
+# The hub token is optional (only a gated hub checkpoint needs it); every other secret a config names is required.
+_OPTIONAL_SECRETS = frozenset({"HF_TOKEN"})
+_PORT_SEARCH = 100
+SECRETS_DIR_ENV = "APPLIANCE_SECRETS_DIR"
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchChecks:
+    problems: tuple[Problem, ...]
+    host_only: tuple[str, ...]
+    """What could not be judged on this machine, by name: each runs on the host (`serve`, `appliance check`)."""
+
+
+def launch_checks(plan: LaunchPlan, environ: Mapping[str, str], *, devices: bool) -> LaunchChecks:
+    """The pre-boot refusals of `plan` on this machine; `devices`: whether Tenstorrent devices are here."""
+    if plan.engine == "tt" and not devices:
+        named = ["Tenstorrent devices", f"the tt-metal environment {plan.python}", "the ports and secrets it names"]
+        if plan.control.tls is not None:
+            named.append("the control.tls files")
+        return LaunchChecks((), (*named, *HOST_CHECKS))
+    problems = [*_tls(plan), *_paths(plan), *_ports(plan), *_secrets(plan, environ), *_cores(plan)]
+    return LaunchChecks(tuple(problems), HOST_CHECKS)
+
+
+def launch_check(plan: LaunchPlan, environ: Mapping[str, str], *, devices: bool) -> CheckResult:
+    """The same checks as one of `appliance check`'s results. A port held by an appliance only warns there: `check`
+    is run beside a serving appliance, whose own ports those are."""
+    title = "What serve needs before boot (files, paths, ports, secrets, cores)"
+    found = launch_checks(plan, environ, devices=devices)
+    if plan.engine == "tt" and not devices:
+        return check("host.launch", title, "unknown", "not judged: no Tenstorrent devices here",
+                     "Run it on the TT host", blocking=True)  # fmt: skip
+    if not found.problems:
+        return check("host.launch", title, "pass", "serve would refuse nothing here", blocking=True)
+    serving = all(p.code == "port-in-use" and "held by an appliance" in p.message for p in found.problems)
+    return check("host.launch", title, "warn" if serving else "fail", "; ".join(p.render() for p in found.problems),
+                 "" if serving else found.problems[0].fix, blocking=True,
+                 codes=[p.code for p in found.problems])  # fmt: skip
+
+
+def _cores(plan: LaunchPlan) -> Iterator[Problem]:
+    """engine.host_share.reserve_cores must leave the engine a core of those this process may run on."""
+    share = plan.host_share
+    if share is None:
+        return
+    try:
+        engine_cores(share.reserve_cores, plan.env.get(BIND))
+    except ValueError as err:
+        yield Problem("host-share-no-core", "engine.host_share.reserve_cores", str(err),
+                      "Set engine.host_share.reserve_cores=0 or lower it to leave the engine a core",
+                      change=("engine.host_share.reserve_cores=0",))  # fmt: skip
+
+
+def _tls(plan: LaunchPlan) -> Iterator[Problem]:
+    from appliance.preflight.tls_files import check_server_files  # cryptography: only for a config with control.tls
+
+    if plan.control.tls is None:
+        return
+    try:
+        check_server_files(plan.control.tls)
+    except ConfigError as refused:
+        yield from refused.problems
+
+
+def _paths(plan: LaunchPlan) -> Iterator[Problem]:
+    if plan.generate is None and plan.model_path.startswith(("/", ".", "~")) and not Path(plan.model_path).is_dir():
+        # vLLM would take the path for a hub repo id and fail only after its imports.
+        yield Problem("checkpoint-missing", "model.checkpoint", f"{plan.model_path} is not a directory on this host",
+                      "Copy the checkpoint there or point model.checkpoint at its folder")  # fmt: skip
+    if not Path(plan.python).is_file():
+        fix = "Run `make engine-cpu`" if plan.engine == "cpu" else "Set engine.python to the tt-metal environment's"
+        yield Problem("engine-missing", "engine.python", f"the engine's interpreter {plan.python} does not exist", fix)
+    for key, where in (("paths.state_dir", plan.state_dir), ("paths.log_dir", plan.log_dir)):
+        found = _nearest_existing(Path(where).expanduser())
+        if not (found.is_dir() and os.access(found, os.W_OK | os.X_OK)):
+            yield Problem("path-not-writable", key, f"{where} cannot be created or written ({found} is not a directory "
+                          "this user may write)", f"Give this user write access to {found} or set {key}")  # fmt: skip
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
+def _ports(plan: LaunchPlan) -> Iterator[Problem]:
+    taken = {plan.port, plan.control.port}
+    for key, host, port in (("serving.port", plan.host, plan.port), ("control.port", plan.control.host,
+                                                                     plan.control.port)):  # fmt: skip
+        reason = _bind_refusal(host, port)
+        if reason is None:
+            continue
+        holder = _lock_holder(Path(plan.state_dir), port)
+        free = _free_port(host, port, taken)
+        taken.add(free)
+        yield Problem("port-in-use", key, f"{host}:{port} cannot be bound: {reason}{holder}",
+                      f"Stop what holds it, or set {key}={free}", change=(f"{key}={free}",))  # fmt: skip
+
+
+def _bind_refusal(host: str, port: int) -> str | None:
+    """Why `port` on `host` cannot be bound now, or None."""
+    try:
+        bound_socket(host, port).close()
+    except OSError as error:
+        return "in use" if error.errno == errno.EADDRINUSE else error.strerror or str(error)
+    return None
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `port` on `host` as `serve` binds its control API (SO_REUSEADDR); OSError if it cannot."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _lock_holder(state_dir: Path, port: int) -> str:
+    """ ", held by <the appliance serve's lock record names>" when an appliance's record of the port is there."""
+    record = state_dir / "locks" / f"port-{port}.owner"
+    try:
+        return f", held by an appliance ({record.read_text().strip()})"
+    except OSError:
+        return ""
+
+
+def _free_port(host: str, port: int, taken: set[int]) -> int:
+    """The next port above `port` that binds and that the config does not use already (the fix to suggest)."""
+    return next(p for p in range(port + 1, min(port + _PORT_SEARCH, 65535) + 1)
+                if p not in taken and _bind_refusal(host, p) is None)  # fmt: skip
+
+
+def _secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> Iterator[Problem]:
+    """Each secret the config names must be set (or mounted as a file: `serve`'s APPLIANCE_SECRETS_DIR); its value
+    is never read here."""
+    present = {**secrets_from_dir(environ), **environ}
+    for target, source in plan.secret_env.items():
+        if target in _OPTIONAL_SECRETS or present.get(source):
+            continue
+        key = "serving.api_key_env" if target == "VLLM_API_KEY" else f"engine.secret_env.{target}"
+        yield Problem("secret-missing", key, f"${source} is not set, so the engine would start without {target}",
+                      f"Export {source} (or mount it as a file in ${SECRETS_DIR_ENV}) before serve")  # fmt: skip
+
+
+def secrets_from_dir(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables held as files in `$APPLIANCE_SECRETS_DIR`, one per file named after it, that the
+    environment does not set itself: how a Kubernetes Secret mounted as a volume reaches `serve`.
+
+    Unset, nothing is read (a single host passes secrets as variables). Kubelet's own entries in the
+    directory (`..data`) are not variable names and are passed over.
+    """
+    if not (where := environ.get(SECRETS_DIR_ENV)):
+        return {}
+    directory = Path(where)
+    if not directory.is_dir():
+        raise ConfigError((Problem("secrets-dir-missing", SECRETS_DIR_ENV, f"{where} is not a directory",
+                                   f"Mount the secrets there or unset {SECRETS_DIR_ENV}"),))  # fmt: skip
+    found = {}
+    for path in sorted(directory.iterdir()):
+        if _VARIABLE.match(path.name) and path.is_file() and not environ.get(path.name):
+            try:
+                found[path.name] = path.read_text().rstrip("\r\n")
+            except OSError as error:
+                problem = Problem("secret-file", SECRETS_DIR_ENV, f"cannot read {path}: {error.strerror}",
+                                  "Give the appliance's user read access (fsGroup in the pod)")  # fmt: skip
+                raise ConfigError((problem,)) from None
+    return found
