@@ -11,7 +11,7 @@ from typing import Any
 from appliance.cli.common import err, findings, out
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ConfigError
-from appliance.host.discovery import discover_host
+from appliance.host.discovery import HostFacts, discover_host
 from appliance.slots.declare import load_slots, slots_choice
 from appliance.slots.plan import HostPlan, fit_problems, owned, plan_host
 
@@ -33,8 +33,10 @@ def host_plan(args: argparse.Namespace) -> HostPlan:
 def validate_slots(args: argparse.Namespace) -> int:
     """`appliance validate slots=<name>`: one ok line per slot, or every problem."""
     plan = host_plan(args)
-    if problems := fit_problems(plan, discover_host()):
+    host = discover_host()
+    if problems := fit_problems(plan, host):
         raise ConfigError(tuple(problems))
+    refuse_launch(plan, host)
     if args.json:
         out.print_json(data=findings(plan.warnings) | {"slots": _summary(plan)})
         return 0
@@ -52,9 +54,20 @@ def validate_slots(args: argparse.Namespace) -> int:
     return 0
 
 
+def refuse_launch(plan: HostPlan, host: HostFacts) -> None:
+    """What `serve` would refuse before it binds or spawns any slot (preflight/launch.py), as one ConfigError."""
+    from appliance.preflight.launch import launch_checks
+
+    devices = bool(host.boards)
+    found = [p for slot in plan.slots for p in launch_checks(slot.plan, os.environ, devices=devices).problems]
+    if found:
+        raise ConfigError(tuple(dict.fromkeys(found)))  # the slots share the control port: said once
+
+
 def plan_slots(args: argparse.Namespace) -> int:
     """`appliance plan slots=<name>`: each slot's exact engine launch."""
     plan = host_plan(args)
+    refuse_launch(plan, discover_host())
     if args.json:
         out.print_json(
             data={
