@@ -15,7 +15,7 @@ from appliance.host.discovery import HostFacts, discover_host
 from appliance.slots.declare import load_slots, slots_choice
 from appliance.slots.plan import HostPlan, fit_problems, owned, plan_host
 
-__all__ = ["host_plan", "plan_slots", "render_slots", "serve_slots", "validate_slots", "wanted"]
+__all__ = ["host_plan", "plan_slots", "refuse_launch", "render_slots", "serve_slots", "validate_slots", "wanted"]
 
 
 def wanted(args: argparse.Namespace) -> bool:
