@@ -70,7 +70,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
         out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
         generations = Generations(journal, _judge(args), gates, planned.workload)
-        return asyncio.run(run_service(plan, token.value, control, checks, generations))
+        owned = tuple(b.index for b in host.boards) if plan.engine == "tt" else ()
+        return asyncio.run(run_service(plan, token.value, control, checks, generations, owned))
 
 
 def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str | None) -> Planned:

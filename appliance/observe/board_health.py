@@ -87,7 +87,7 @@ class BoardMonitor:
         *,
         slot: str = "engine",
         clock: Callable[[], float] = time.monotonic,
-        on_fault: Callable[[str], None] | None = None,
+        on_fault: Callable[[str], object] | None = None,
     ) -> None:
         self.config, self.source, self.slot = config, source, slot
         self._read, self._clock, self._on_fault = read, clock, on_fault

@@ -46,7 +46,7 @@ def board_monitor(
     root: Path = Path("/"),
     transport: httpx.AsyncBaseTransport | None = None,
     hostname: str | None = None,
-    on_fault: Callable[[str], None] | None = None,
+    on_fault: Callable[[str], object] | None = None,
 ) -> BoardMonitor:
     """The monitor of an engine's boards: from `boards.tt_telemetry_url` when set, else from sysfs under `root`.
 
