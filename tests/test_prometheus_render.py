@@ -35,7 +35,7 @@ def test_the_rendered_config_and_rules_pass_promtool_and_hold_no_token(
     assert ran.returncode == 0, ran.stderr
     checked = promtool("check", "config", "prometheus.yml", cwd=out)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 8 rules found" in promtool("check", "rules", "tt-appliance-rules.yml", cwd=out).stdout
+    assert "SUCCESS: 13 rules found" in promtool("check", "rules", "tt-appliance-rules.yml", cwd=out).stdout
     config = yaml.safe_load((out / "prometheus.yml").read_text())
     jobs = {s["job_name"]: s for s in config["scrape_configs"]}
     assert set(jobs) == {"lab", "lab-engine"} and jobs["lab-engine"]["metrics_path"] == "/engine/metrics"
