@@ -51,8 +51,8 @@ def board_alerts(site: str, o: BoardAlertOptions, tt_telemetry: bool) -> list[di
            "(`appliance status` shows its temperature trend); a board hotter than its neighbours under the same "
            "load needs its cooling looked at. A warning: the engine keeps serving.")  # fmt: skip
     return [
-        alert("ApplianceBoardHeartbeatStalled", f"changes(tt_arc_heartbeat{{{tt}}}[{o.board_stall_window}]) == 0" if tt_telemetry
-              else f"appliance_board_heartbeat_age_seconds{{{on}}} > {stall_s:g}", "0m", "critical",
+        alert("ApplianceBoardHeartbeatStalled", f"changes(tt_arc_heartbeat{{{tt}}}[{o.board_stall_window}]) == 0"
+              if tt_telemetry else f"appliance_board_heartbeat_age_seconds{{{on}}} > {stall_s:g}", "0m", "critical",
               f"{chip if tt_telemetry else where}: ARC heartbeat stalled", "The board's ARC firmware stopped. "
               + reset),
         alert("ApplianceBoardNearTrip", f"tt_asic_temperature_celsius{{{tt}}} >= {trip_c - margin_c:g}" if tt_telemetry
