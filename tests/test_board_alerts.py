@@ -5,6 +5,7 @@ board series and the recorded tt-telemetry page."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import time
@@ -126,6 +127,25 @@ def test_each_board_alert_fires_on_its_condition_with_its_runbook(
     (out / "tests.yml").write_text(yaml.safe_dump(tests))
     tested = promtool("test", "rules", "tests.yml", cwd=out)
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.parametrize("tt", [False, True], ids=["own-series", "tt-telemetry"])
+def test_the_dashboard_has_a_board_row_on_the_series_the_site_has(cli: Cli, site: tuple[Path, Path], tt: bool) -> None:
+    site_file, _ = site
+    exporter = ", tt_telemetry: 'http://10.0.4.21:8080/metrics'" if tt else ""
+    site_file.write_text(f"- {{name: a, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN{exporter}}}\n")
+    ran = cli("render", "grafana", "--site-file", str(site_file))
+    assert ran.returncode == 0, ran.stderr
+    panels = json.loads(ran.stdout)["panels"]
+    row = [p["title"] for p in panels].index("Boards")
+    board = panels[row + 1 :]
+    assert panels[row]["type"] == "row" and len(board) == 6
+    exprs = " ".join(t["expr"] for p in board for t in p["targets"])
+    if tt:
+        assert 'tt_asic_temperature_celsius{job="lab-tt-telemetry"}' in exprs and "tt_arc_heartbeat" in exprs
+    else:
+        assert 'appliance_board_temperature_celsius{job="lab"}' in exprs and "appliance_board_heartbeat_age" in exprs
+    assert 'appliance_board_state{job="lab"} == 1' in exprs  # the appliance's verdict either way
 
 
 async def test_a_real_prometheus_scrapes_an_appliances_boards_and_the_recorded_tt_telemetry_page(
