@@ -15,7 +15,10 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # board_sensors reads snapshots of this module's types; it is imported where boards are read
+    from appliance.host.board_sensors import BoardReading
 
 __all__ = [
     "Board",
@@ -111,6 +114,8 @@ class HostFacts:
     tt_smi: SmiSnapshot | None = None
     tt_smi_error: str | None = None
     """Why there is no snapshot although tt-smi was asked for (not installed, timed out, bad output)."""
+    readings: tuple[BoardReading, ...] = ()
+    """Each board's health from sysfs and hwmon at discovery (plain reads: no device is opened)."""
 
     @property
     def board_type(self) -> str | None:
@@ -136,6 +141,8 @@ def discover_host(root: Path = Path("/"), *, tt_smi: str | None = None, timeout_
         )
         for i in indices
     )
+    from appliance.host.board_sensors import read_boards
+
     meminfo = _meminfo(root / "proc" / "meminfo")
     snapshot, smi_error = _run_tt_smi(tt_smi, timeout_s) if tt_smi else (None, None)
     return HostFacts(
@@ -146,6 +153,7 @@ def discover_host(root: Path = Path("/"), *, tt_smi: str | None = None, timeout_
         mem_available_bytes=meminfo.get("MemAvailable"),
         tt_smi=snapshot,
         tt_smi_error=smi_error,
+        readings=read_boards(root, tuple(indices)),
     )
 
 
