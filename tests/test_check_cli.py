@@ -13,7 +13,8 @@ from .helpers import Cli, Ran, free_port
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 CHECK_IDS = [
-    "host.mesh", "host.firmware", "host.kmd", "host.holders", "host.boards", "host.hugepages", "host.disk", "host.memory",
+    "host.mesh", "host.firmware", "host.kmd", "host.holders", "host.boards", "host.hugepages", "host.disk",
+    "host.memory",
     "host.ttnn", "pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler", "pilot.api",
 ]  # fmt: skip
 
