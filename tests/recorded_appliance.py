@@ -193,10 +193,13 @@ def recorded_api(
 
 @contextmanager
 def recorded_appliance(
-    token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
+    token: str = "recorded-token",
+    checks: Sequence[CheckResult] = (),
+    pages: Sequence[str] = PAGES,
+    boards: Callable[[], BoardsView] | None = None,
 ) -> Iterator[Recorded]:
-    """The recorded appliance served over real HTTP."""
-    with recorded_api(token, checks, pages) as api:
+    """The recorded appliance served over real HTTP (`boards`: as recorded_api's)."""
+    with recorded_api(token, checks, pages, boards) as api:
         counted = CountedRequests(api.app)
         with serving(counted) as url:
             yield Recorded(token, url, api.supervisor, api.engine, counted.paths, counted.answers)

@@ -195,6 +195,10 @@ def _detail_lines(state: StateDocument, load: LoadSummary | None) -> list[str]:
 
     lines = [_boot_line(state.boot)] if state.boot is not None else []
     lines += generation_lines(state.generation, state.previous_generation, state.upgrade)
+    if state.boards is not None:
+        lines.append(state.boards.heading())
+        lines += [f"  {b.name} {b.state}: {b.readings()}; {b.trends()}" + (f"; {b.reason}" if b.reason else "")
+                  for b in state.boards.boards]  # fmt: skip
     if state.quarantined:
         lines.append("quarantined: the device fault came back after a board reset; the host needs hands")
     if state.last_error:

@@ -51,6 +51,28 @@ class BoardHealthDocument:
     def rank(self) -> int:
         return BOARD_STATES.index(self.state) if self.state in BOARD_STATES else 0
 
+    @property
+    def name(self) -> str:
+        return f"board {self.board}" if self.board.isdigit() else f"chip {self.board}"
+
+    def readings(self) -> str:
+        """Temperature (and trip point), power, AI clock, heartbeat age and firmware; unknown where unread."""
+        trip = f" (trip {self.trip_c:g})" if self.trip_c is not None else ""
+        age = "unknown" if self.heartbeat_age_s is None else f"{self.heartbeat_age_s:.1f}s ago"
+        return (
+            f"{_value(self.temperature_c, 'C', '.1f')}{trip}  {_value(self.power_w, 'W', '.1f')}  aiclk "
+            f"{_value(self.aiclk_mhz, 'MHz', '.0f')}  heartbeat {age}  fw {self.firmware or 'unknown'}"
+        )
+
+    def trends(self) -> str:
+        """The temperature and power from the oldest sample kept to the latest."""
+        said = []
+        for label, values, unit in (("temp", self.temperatures, "C"), ("power", self.powers, "W")):
+            known = [v for v in values if v is not None]
+            if known:
+                said.append(f"{label} {known[0]:.1f}→{known[-1]:.1f} {unit}")
+        return f"{', '.join(said)} over {len(self.temperatures)} samples" if said else "no trend yet"
+
 
 @dataclass(frozen=True, slots=True)
 class BoardsDocument:
@@ -69,3 +91,12 @@ class BoardsDocument:
     def worst(self) -> BoardHealthDocument | None:
         """The board in the worst state (the hottest among equals), None without boards."""
         return max(self.boards, key=lambda b: (b.rank, b.temperature_c or 0.0), default=None)
+
+    def heading(self) -> str:
+        """Where the boards were read, how often, and the last sample's error."""
+        error = f"; last sample failed: {self.error}" if self.error else ""
+        return f"boards from {self.source}, every {self.interval_s:g}s{error}"
+
+
+def _value(value: float | None, unit: str, spec: str) -> str:
+    return "unknown" if value is None else f"{value:{spec}} {unit}"
