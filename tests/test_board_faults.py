@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from appliance.config.schema import BoardsConfig
 from appliance.control.api import create_app
 from appliance.control.documents import StateDocument, parse
 from appliance.control.sources import Sources
@@ -28,8 +29,8 @@ from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
 from .board_scenarios import BOARDS, copy_tree, hwmon_dir
-from .helpers import fake_plan, promtool, wait_for
-from .recorded_appliance import serving
+from .helpers import Cli, fake_plan, promtool, wait_for
+from .recorded_appliance import recorded_appliance, serving
 from .test_appliance_metrics import samples
 
 TOKEN = "board-token"
@@ -159,3 +160,20 @@ async def test_an_unreachable_exporter_is_an_error_in_state_not_a_fault(tmp_path
     view = await watch.sample()
     assert view.error is not None and view.error.startswith("tt-telemetry at http://127.0.0.1:9/metrics unreachable")
     assert faults == [] and view.boards == ()
+
+
+async def test_status_prints_each_board_with_its_readings_trend_and_verdict(tmp_path: Path, cli: Cli) -> None:
+    root = copy_tree("n150", tmp_path)
+    watch = board_monitor(BoardsConfig(), (0,), root=root)
+    for temperature in ("88200", "96100"):
+        (hwmon_dir(root, "0") / "temp1_input").write_text(f"{temperature}\n")
+        await watch.sample()
+    with recorded_appliance(boards=watch.view) as rec:
+        ran = await asyncio.to_thread(cli, "status", "--url", rec.url, env={"APPLIANCE_TOKEN": rec.token})
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert "boards from sysfs, every 5s" in lines
+    assert (
+        "  board 0 hot: 96.1 C (trip 105)  21.3 W  aiclk 500 MHz  heartbeat 0.0s ago  fw 18.10.0; temp 88.2→96.1 C, "
+        "power 21.3→21.3 W over 2 samples; tenstorrent!0: 96.1 C, within 10 C of its trip point 105 C"
+    ) in lines
