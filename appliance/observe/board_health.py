@@ -157,7 +157,7 @@ class BoardMonitor:
         name = f"tenstorrent!{reading.board}" if reading.board.isdigit() else f"chip {reading.board}"
         cfg = self.config
         if not reading.present:
-            return "gone", f"{name}: the board is gone (its {self._where()} vanished while serving)"
+            return "gone", f"{name}: the board is gone ({self._where()})"
         if track.beat is not None and now - track.beat_at >= cfg.heartbeat_stall_s:
             return "stalled", (f"{name}: ARC heartbeat stalled for {now - track.beat_at:.1f}s (tt_heartbeat stuck at "
                                f"{track.beat:.0f})")  # fmt: skip
@@ -200,7 +200,9 @@ class BoardMonitor:
             log.warning("boards: %s; shown as unknown", problem)
 
     def _where(self) -> str:
-        return "sysfs directory" if self.source == "sysfs" else "chip on the exporter's page"
+        if self.source == "sysfs":
+            return "its sysfs directory vanished while serving"
+        return "its chip left the exporter's page, or its PCIe link is down"
 
 
 def _absent(last: BoardReading) -> BoardReading:
