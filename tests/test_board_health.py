@@ -4,6 +4,7 @@ formats, tests/data/boards/README.md): readings, bad input, the monitor's verdic
 from __future__ import annotations
 
 import json
+import shutil
 import logging
 from pathlib import Path
 
@@ -200,3 +201,13 @@ def test_a_page_that_is_not_tt_telemetry_says_so() -> None:
         parse_tt_telemetry("# HELP up up\n# TYPE up gauge\nup 1\n", "t3k-lab-07")
     with pytest.raises(TelemetryUnavailable, match="not Prometheus text"):
         parse_tt_telemetry("{this is json}", None)
+
+
+async def test_a_board_never_readable_is_unknown_not_gone(tmp_path: Path) -> None:
+    """An older driver publishes no sysfs directory for the board at all: nothing vanished, so no fault."""
+    root = copy_tree("n150", tmp_path)
+    shutil.rmtree(board_dir(root, "0"))
+    faults: list[str] = []
+    watch = monitor(root, (0,), faults, Clock())
+    view = await watch.sample()
+    assert [b.state for b in view.boards] == ["unknown"] and faults == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,19 @@ def test_bad_input_is_one_line_without_a_traceback(cli: Cli, tmp_path: Path, arg
     done = check(cli, *(a.format(tmp=tmp_path) for a in args))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error")
+
+
+def test_without_hwmon_the_check_reads_the_boards_from_the_tt_smi_snapshot(cli: Cli, tmp_path: Path) -> None:
+    """A recorded N300 tree whose hwmon directory is gone (an older tt-kmd) and its recorded tt-smi snapshot, in
+    which chip 1's DRAM did not train."""
+    root = copy_tree("n300", tmp_path)
+    shutil.rmtree(hwmon_dir(root, "0").parent)
+    snapshot = json.loads((HOSTS.parent / "tt-smi" / "n300-snapshot.json").read_text())
+    snapshot["device_info"][1]["board_info"]["dram_status"] = False
+    (tmp_path / "snapshot.json").write_text(json.dumps(snapshot))
+    script = tt_smi_script(tmp_path, f"cat {tmp_path / 'snapshot.json'}")
+    done = check(cli, "+model=llama", "mesh=n300", "--host-root", str(root), "--json", "--no-probe",
+                 path=f"{script.parent}:{os.environ['PATH']}")  # fmt: skip
+    boards = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "host.boards")
+    assert boards["status"] == "fail" and boards["summary"].startswith("DRAM did not train on chip(s) 1")
+    assert boards["evidence"]["tt-smi chip 1"].startswith("n300 R, fw 18.6.0, 43.6 C (trip 105 C)")

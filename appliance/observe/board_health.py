@@ -156,6 +156,8 @@ class BoardMonitor:
     def _verdict(self, track: _Track, reading: BoardReading, now: float) -> tuple[BoardState, str]:
         name = f"tenstorrent!{reading.board}" if reading.board.isdigit() else f"chip {reading.board}"
         cfg = self.config
+        if not reading.present and not track.history:  # never seen: an older driver without the attributes
+            return "unknown", f"{name}: not readable from {self.source}"
         if not reading.present:
             return "gone", f"{name}: the board is gone ({self._where()})"
         if track.beat is not None and now - track.beat_at >= cfg.heartbeat_stall_s:
