@@ -4,8 +4,8 @@ formats, tests/data/boards/README.md): readings, bad input, the monitor's verdic
 from __future__ import annotations
 
 import json
-import shutil
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
