@@ -8,6 +8,7 @@ tests/data/boards/README.md), read by the real monitor at short configured inter
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from appliance.config.schema import BoardsConfig
-from appliance.control.api import create_app
+from appliance.control.api import create_app, create_slots_app
 from appliance.control.documents import StateDocument, parse
 from appliance.control.sources import Sources
 from appliance.observe.board_sources import board_monitor
@@ -28,7 +29,7 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
-from .board_scenarios import BOARDS, copy_tree, hwmon_dir
+from .board_scenarios import BOARDS, board_dir, copy_tree, hwmon_dir
 from .helpers import Cli, fake_plan, promtool, wait_for
 from .recorded_appliance import recorded_appliance, serving
 from .test_appliance_metrics import samples
@@ -177,3 +178,38 @@ async def test_status_prints_each_board_with_its_readings_trend_and_verdict(tmp_
         "  board 0 hot: 96.1 C (trip 105)  21.3 W  aiclk 500 MHz  heartbeat 0.0s ago  fw 18.10.0; temp 88.2→96.1 C, "
         "power 21.3→21.3 W over 2 samples; tenstorrent!0: 96.1 C, within 10 C of its trip point 105 C"
     ) in lines
+
+
+async def test_a_board_lost_under_one_slot_stops_only_that_slots_engine(tmp_path: Path) -> None:
+    """Two slots on the recorded T3K tree, a on devices 0-1 and b on 2-3; board 2's sysfs directory vanishes."""
+    root = copy_tree("t3k", tmp_path)
+    devices = {"a": (0, 1), "b": (2, 3)}
+    sups = {name: EngineSupervisor(quick(fake_plan(tmp_path / name), heartbeat_stall_s=3600.0),
+                                   EngineLog(tmp_path / name / "logs"), name=f"slot {name}") for name in devices}  # fmt: skip
+    monitors = {name: board_monitor(sup.plan.boards, devices[name], slot=name, every_chip=False, root=root,
+                                    on_fault=sup.board_fault) for name, sup in sups.items()}  # fmt: skip
+    app = create_slots_app("pair", sups, TOKEN, boards={name: m.view for name, m in monitors.items()})
+    tasks = [asyncio.create_task(t) for t in (*(s.run() for s in sups.values()), *(m.run() for m in monitors.values()))]
+    try:
+        for sup in sups.values():
+            await wait_for(sup, EngineState.READY, timeout=30)
+        shutil.rmtree(board_dir(root, "2"))
+        await wait_for(sups["b"], EngineState.FAILED, timeout=10)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://control") as client:
+            a = parse(StateDocument, (await client.get("/slots/a/state", headers=AUTH)).content)
+            b = parse(StateDocument, (await client.get("/slots/b/state", headers=AUTH)).content)
+            page = (await client.get("/slots/a/metrics", headers=AUTH)).text
+    finally:
+        for sup in sups.values():
+            sup.request("stop")
+        for task in tasks[2:]:
+            task.cancel()
+        await asyncio.gather(*tasks[:2])
+        for sup in sups.values():
+            sup.log.close()
+    assert a.state == "ready" and b.state == "failed" and b.fault is not None and b.fault.rule == "board-gone"
+    assert b.last_error is not None and b.last_error.startswith("tenstorrent!2 disappeared from the host")
+    assert a.boards is not None and [(x.board, x.slot, x.state) for x in a.boards.boards] == [
+        ("0", "a", "ok"), ("1", "a", "ok")]  # fmt: skip
+    assert b.boards is not None and [x.state for x in b.boards.boards] == ["gone", "ok"]
+    assert 'appliance_board_state{board="0",slot="a",state="ok"} 1.0' in page and 'slot="b"' not in page
