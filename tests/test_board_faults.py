@@ -184,8 +184,9 @@ async def test_a_board_lost_under_one_slot_stops_only_that_slots_engine(tmp_path
     """Two slots on the recorded T3K tree, a on devices 0-1 and b on 2-3; board 2's sysfs directory vanishes."""
     root = copy_tree("t3k", tmp_path)
     devices = {"a": (0, 1), "b": (2, 3)}
-    sups = {name: EngineSupervisor(quick(fake_plan(tmp_path / name), heartbeat_stall_s=3600.0),
-                                   EngineLog(tmp_path / name / "logs"), name=f"slot {name}") for name in devices}  # fmt: skip
+    plans = {name: quick(fake_plan(tmp_path / name), heartbeat_stall_s=3600.0) for name in devices}
+    sups = {name: EngineSupervisor(plan, EngineLog(tmp_path / name / "logs"), name=f"slot {name}")
+            for name, plan in plans.items()}  # fmt: skip
     monitors = {name: board_monitor(sup.plan.boards, devices[name], slot=name, every_chip=False, root=root,
                                     on_fault=sup.board_fault) for name, sup in sups.items()}  # fmt: skip
     app = create_slots_app("pair", sups, TOKEN, boards={name: m.view for name, m in monitors.items()})
