@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from appliance.config.schema import BoardsConfig
@@ -73,7 +73,8 @@ class _Track:
     said_at: float | None = None
     """When the board's ongoing fault (stall, gone) was last handed on."""
     hot: bool = False
-    trips: list[int] = field(default_factory=list)
+    trips: tuple[int | None, int | None] = (None, None)
+    """tt_therm_trip_count at the previous sample and at this one."""
 
 
 class BoardMonitor:
@@ -135,8 +136,8 @@ class BoardMonitor:
         self._hand_on(track, reading, state, reason, now)
         readings = [r for _, r in list(track.history)[-TREND:]]
         age = None if track.beat is None else now - track.beat_at
-        trips = 0 if track.trips_at_start is None or reading.therm_trips is None else (
-            reading.therm_trips - track.trips_at_start)  # fmt: skip
+        trips = 0 if track.trips_at_start is None or reading.therm_trips is None else max(
+            reading.therm_trips - track.trips_at_start, 0)  # fmt: skip
         last = reading if reading.present or not track.history else track.history[-1][1]
         return BoardHealth(
             self.slot, state, reason, last if reading.present else _absent(last), age, trips,
@@ -151,7 +152,7 @@ class BoardMonitor:
         if reading.therm_trips is not None:
             if track.trips_at_start is None:
                 track.trips_at_start = reading.therm_trips
-            track.trips.append(reading.therm_trips)
+            track.trips = (track.trips[1], reading.therm_trips)
 
     def _verdict(self, track: _Track, reading: BoardReading, now: float) -> tuple[BoardState, str]:
         name = f"tenstorrent!{reading.board}" if reading.board.isdigit() else f"chip {reading.board}"
@@ -163,8 +164,9 @@ class BoardMonitor:
         if track.beat is not None and now - track.beat_at >= cfg.heartbeat_stall_s:
             return "stalled", (f"{name}: ARC heartbeat stalled for {now - track.beat_at:.1f}s (tt_heartbeat stuck at "
                                f"{track.beat:.0f})")  # fmt: skip
-        if len(track.trips) >= 2 and track.trips[-1] > track.trips[-2]:
-            return "tripped", (f"{name}: thermal trip (tt_therm_trip_count {track.trips[-2]} -> {track.trips[-1]}) "
+        before, after = track.trips
+        if before is not None and after is not None and after > before:  # a driver reload restarts the count
+            return "tripped", (f"{name}: thermal trip (tt_therm_trip_count {before} -> {after}) "
                                f"at {_celsius(reading.temperature_c)}")  # fmt: skip
         trip = reading.trip_c or cfg.trip_c
         if reading.temperature_c is not None and reading.temperature_c >= trip - cfg.hot_margin_c:
