@@ -65,6 +65,7 @@ def test_a_hot_board_with_past_trips_is_a_warning_in_check_and_the_pilot_report(
     text = report.read_text()
     assert "- board health: 0: 44.1 °C, 41 W, aiclk 500 MHz, heartbeat 118263, trips 0; 1: 98.5 °C" in text
     assert "- tenstorrent!1: n300, fw 18.6.0, 98.5 C (trip 105 C), 41.4 W, aiclk 500 MHz" in text
+    assert "- source: sysfs and hwmon" in text
 
 
 @pytest.mark.engine  # the pilot checks run the engines' interpreters
@@ -102,3 +103,4 @@ def test_without_hwmon_the_check_reads_the_boards_from_the_tt_smi_snapshot(cli: 
     boards = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "host.boards")
     assert boards["status"] == "fail" and boards["summary"].startswith("DRAM did not train on chip(s) 1")
     assert boards["evidence"]["tt-smi chip 1"].startswith("n300 R, fw 18.6.0, 43.6 C (trip 105 C)")
+    assert boards["evidence"]["source"] == "tt-smi snapshot"

@@ -23,9 +23,9 @@ def board_health_check(given: HostCheckInput) -> CheckResult:
     if given.validated.engine == "cpu":
         return check("host.boards", _TITLE, "pass", "the CPU engine uses no board", blocking=True)
     readings, cfg, smi = given.host.readings, given.plan.boards, given.host.tt_smi
-    label = "tenstorrent!"
+    label, source = "tenstorrent!", "sysfs and hwmon"
     if smi is not None and all(r.temperature_c is None for r in readings):  # no hwmon: the snapshot has telemetry
-        readings, label = readings_from_smi(smi), "tt-smi chip "
+        readings, label, source = readings_from_smi(smi), "tt-smi chip ", "tt-smi snapshot"
     if not readings:
         return check("host.boards", _TITLE, "unknown", "no board to read", "See host.mesh", blocking=True)
     untrained = _untrained(given)
@@ -33,7 +33,7 @@ def board_health_check(given: HostCheckInput) -> CheckResult:
            cfg.hot_margin_c]  # fmt: skip
     tripped = [r for r in readings if r.therm_trips]
     problems = [p for r in readings for p in r.problems]
-    evidence: dict[str, Any] = {f"{label}{r.board}": _facts(r, cfg.trip_c) for r in readings}
+    evidence: dict[str, Any] = {"source": source} | {f"{label}{r.board}": _facts(r, cfg.trip_c) for r in readings}
     if untrained:
         return check("host.boards", _TITLE, "fail", f"DRAM did not train on chip(s) {', '.join(untrained)} "
                      "(tt-smi board_info.dram_status)", "Reset with `tt-smi -r`; DRAM that keeps failing training "
