@@ -202,7 +202,7 @@ def _smi_device(raw: object, index: int) -> SmiDevice:
     def reading(section: Mapping[str, Any], key: str, path: str) -> float | None:
         value = _number(section.get(key))
         if value is None and section:
-            problems.append(f"{path}.{key}: {section.get(key)!r} is not a number")
+            problems.append(f"{path}.{key}: " + (f"{section[key]!r} is not a number" if key in section else "missing"))
         return value
 
     dram = board.get("dram_status")
