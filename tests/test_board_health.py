@@ -211,3 +211,13 @@ async def test_a_board_never_readable_is_unknown_not_gone(tmp_path: Path) -> Non
     watch = monitor(root, (0,), faults, Clock())
     view = await watch.sample()
     assert [b.state for b in view.boards] == ["unknown"] and faults == []
+
+
+def test_a_snapshot_whose_sections_have_other_shapes_parses_without_a_crash() -> None:
+    data = json.loads((DATA / "tt-smi" / "n150-snapshot.json").read_text())
+    data |= {"host_info": "TT-KMD 2.5.0", "host_sw_vers": None, "processes": [{"user": "x"}, "pid 7"]}
+    data["device_info"].append("not a chip")
+    snapshot = parse_tt_smi(json.dumps(data))
+    assert snapshot.kmd_version is None and snapshot.processes == () and len(snapshot.devices) == 2
+    assert snapshot.devices[1].problems[0] == "device_info[1]: not an object"
+    assert readings_from_smi(snapshot)[1].temperature_c is None

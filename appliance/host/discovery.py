@@ -165,14 +165,18 @@ def parse_tt_smi(text: str) -> SmiSnapshot:
         raise ValueError(f"not JSON: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("device_info"), list):
         raise ValueError("no device_info list")
-    driver = str(data.get("host_info", {}).get("Driver") or "")
+    ignored: list[str] = []  # tt-smi has no schema contract: a section of another shape is read as empty
+    driver = str(_section(data.get("host_info"), "host_info", ignored).get("Driver") or "")
+    listed = data.get("processes")
+    processes: list[Any] = listed if isinstance(listed, list) else []
     return SmiSnapshot(
         kmd_version=driver.split()[-1] if driver.strip() else None,
-        tt_smi_version=_opt(data.get("host_sw_vers", {}).get("tt_smi")),
+        tt_smi_version=_opt(_section(data.get("host_sw_vers"), "host_sw_vers", ignored).get("tt_smi")),
         devices=tuple(_smi_device(d, i) for i, d in enumerate(data["device_info"])),
         processes=tuple(
             SmiProcess(int(p["pid"]), _opt(p.get("user")), _opt(p.get("device")), str(p.get("cmdline", "")))
-            for p in data.get("processes") or ()
+            for p in processes
+            if isinstance(p, dict) and str(p.get("pid", "")).isdigit()
         ),
     )
 
