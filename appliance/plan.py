@@ -20,7 +20,14 @@ from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_
 from appliance.compat.contract import flag_names
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
-from appliance.config.schema import ApplianceConfig, ControlConfig, EngineKind, HostShare, SupervisorConfig
+from appliance.config.schema import (
+    ApplianceConfig,
+    BoardsConfig,
+    ControlConfig,
+    EngineKind,
+    HostShare,
+    SupervisorConfig,
+)
 from appliance.errors import Problem
 from appliance.resources import default_engines_dir, engine_plugins_dir
 
@@ -81,6 +88,8 @@ class LaunchPlan:
     """engine.probe_timeout_s: how long the config-time probe may take before it is killed."""
     host_share: HostShare | None = None
     """engine.host_share: the engine's (and the probe's) bounded CPU share; None: the appliance's."""
+    boards: BoardsConfig = field(default_factory=BoardsConfig)
+    """How the boards the engine owns are read while it serves."""
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -142,6 +151,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         expected=MappingProxyType(_expected(validated)),
         probe_timeout_s=cfg.engine.probe_timeout_s,
         host_share=cfg.engine.host_share,
+        boards=cfg.boards,
     )
 
 

@@ -21,10 +21,12 @@ from rich.console import Console
 
 from appliance.config.schema import WorkloadConfig
 from appliance.control.api import create_app
+from appliance.control.sources import Sources
 from appliance.control.tls import uvicorn_tls
 from appliance.engines.steps import SetupStep, StepFailed, run_steps
 from appliance.errors import ConfigError, LaunchError
 from appliance.host.discovery import HostFacts, device_lock_name
+from appliance.observe.board_sources import board_monitor
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
 from appliance.preflight.launch import bound_socket, launch_checks
@@ -182,10 +184,15 @@ async def run_service(
     control: socket.socket,
     checks: Sequence[CheckResult] = (),
     generations: Generations | None = None,
+    boards: tuple[int, ...] = (),
 ) -> int:
-    """Supervise the engine and serve the control API until stopped; return the exit code."""
+    """Supervise the engine and serve the control API until stopped; return the exit code.
+
+    `boards`: the devices the engine owns, watched while it serves (their faults go to its fault ladder).
+    """
     engine_log = EngineLog(Path(plan.log_dir))
     sup = EngineSupervisor(plan, engine_log)
+    monitor = board_monitor(plan.boards, boards, on_fault=sup.board_fault) if boards else None
     upgrader = None
     if generations is not None:
         path = journal_path(plan.state_dir, plan.control.port)
@@ -196,7 +203,7 @@ async def run_service(
     if notifier is not None:
         sup.subscribe(notifier.on_event)
     config = uvicorn.Config(
-        create_app(sup, token, checks, upgrades=upgrader),
+        create_app(sup, token, checks, Sources(boards=None if monitor is None else monitor.view), upgrades=upgrader),
         host=plan.control.host,
         port=plan.control.port,
         log_level="warning",
@@ -216,9 +223,12 @@ async def run_service(
     for sig in _EXIT_FOR_SIGNAL:
         loop.add_signal_handler(sig, on_signal, sig)
     api = asyncio.create_task(server.serve(sockets=[control]))
+    watching = None if monitor is None else asyncio.create_task(monitor.run())
     try:
         await sup.run()
     finally:
+        if watching is not None:
+            watching.cancel()
         if upgrader is not None:
             await upgrader.stop()
         for sig in _EXIT_FOR_SIGNAL:

@@ -45,6 +45,7 @@ from appliance.control.api import create_app
 from appliance.control.sources import Sources
 from appliance.control.tls import uvicorn_tls
 from appliance.host.discovery import HostFacts
+from appliance.observe.board_health import BoardsView
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan, build_plan
 from appliance.preflight.checks import CheckResult
@@ -173,24 +174,32 @@ class RecordedApi:
 
 @contextmanager
 def recorded_api(
-    token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
+    token: str = "recorded-token",
+    checks: Sequence[CheckResult] = (),
+    pages: Sequence[str] = PAGES,
+    boards: Callable[[], BoardsView] | None = None,
 ) -> Iterator[RecordedApi]:
-    """The real create_app of the recorded appliance, not served (for httpx.ASGITransport)."""
+    """The real create_app of the recorded appliance, not served (for httpx.ASGITransport); `boards`: the view of a
+    board monitor (on a recorded host tree) for it to report."""
     with tempfile.TemporaryDirectory(prefix="recorded-appliance-") as tmp:
         supervisor = RecordedSupervisor(Path(tmp))
         engine = RecordedEngine(pages)
+        sources = replace(recorded_sources(engine), boards=boards)
         try:
-            yield RecordedApi(create_app(supervisor, token, checks, recorded_sources(engine)), supervisor, engine)
+            yield RecordedApi(create_app(supervisor, token, checks, sources), supervisor, engine)
         finally:
             supervisor.log.close()
 
 
 @contextmanager
 def recorded_appliance(
-    token: str = "recorded-token", checks: Sequence[CheckResult] = (), pages: Sequence[str] = PAGES
+    token: str = "recorded-token",
+    checks: Sequence[CheckResult] = (),
+    pages: Sequence[str] = PAGES,
+    boards: Callable[[], BoardsView] | None = None,
 ) -> Iterator[Recorded]:
-    """The recorded appliance served over real HTTP."""
-    with recorded_api(token, checks, pages) as api:
+    """The recorded appliance served over real HTTP (`boards`: as recorded_api's)."""
+    with recorded_api(token, checks, pages, boards) as api:
         counted = CountedRequests(api.app)
         with serving(counted) as url:
             yield Recorded(token, url, api.supervisor, api.engine, counted.paths, counted.answers)

@@ -77,8 +77,8 @@ async def test_the_fleet_lists_every_appliance_and_keeps_unreachable_ones() -> N
                 "recorded-0", "recorded-1", "gone", "wrong-token"
             ]  # fmt: skip
             assert str(table.get_row(one_key(table, "gone"))[1]) == "unreachable"
-            assert "ClientConnectorError" in str(table.get_row(one_key(table, "gone"))[8])
-            assert "401" in str(table.get_row(one_key(table, "wrong-token"))[8])
+            assert "ClientConnectorError" in str(table.get_row(one_key(table, "gone"))[9])
+            assert "401" in str(table.get_row(one_key(table, "wrong-token"))[9])
             ready = table.get_row(one_key(table, "recorded-1"))
             assert str(ready[1]) == "ready" and "/16 · " in str(ready[5]) and str(ready[7]).endswith("%")
 
@@ -94,7 +94,7 @@ async def test_a_server_that_is_not_an_appliance_is_listed_with_what_it_answered
             await poll(pilot)
             table = app.screen.query_one(DataTable)
             row = table.get_row(one_key(table, "recorded-1"))
-            assert str(row[1]) == "unreachable" and "unexpected answer" in str(row[8])
+            assert str(row[1]) == "unreachable" and "unexpected answer" in str(row[9])
 
 
 async def test_enter_on_a_fleet_row_opens_that_appliance() -> None:

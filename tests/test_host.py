@@ -36,7 +36,9 @@ def test_a_t3k_tree_shows_four_n300_boards_with_firmware_kmd_and_hugepages() -> 
     assert host.mem_available_bytes == 501_230_112 * 1024
 
 
-@pytest.mark.parametrize(("tree", "mesh"), [("n150", "n150"), ("t3k", "t3k"), ("p150", "p150")])
+@pytest.mark.parametrize(
+    ("tree", "mesh"), [("n150", "n150"), ("n300", "n300"), ("t3k", "t3k"), ("galaxy", "galaxy"), ("p150", "p150")]
+)
 def test_recorded_boards_map_to_their_mesh(tree: str, mesh: str) -> None:
     assert mesh_for_host(discover_host(HOSTS / tree)) == mesh
 

@@ -59,6 +59,7 @@ def test_every_module_exports_exactly_its_public_api(name: str) -> None:
 
 
 CONSOLE_MAY_IMPORT = {"appliance.control.client", "appliance.control.documents", "appliance.control.tls",
+                      "appliance.control.board_documents",
                       "appliance.control.upgrade_documents", "appliance.config.schema", "appliance.config.bounds",
                       "appliance.errors"}  # fmt: skip
 

@@ -105,3 +105,17 @@ def test_validate_names_what_only_the_serving_host_can_judge(cli: Cli) -> None:
     assert "Tenstorrent devices" in host_only and "host.hugepages" in host_only
     serve = cli("serve", "--no-probe", "+model=llama", "mesh=t3k")
     assert serve.returncode == 3 and "engine=tt needs Tenstorrent devices" in serve.stderr
+
+
+def test_the_host_only_names_are_the_host_checks_that_serve_runs() -> None:
+    from appliance.compat.matrix import load_matrix
+    from appliance.compat.validate import validate
+    from appliance.config.compose import compose_config
+    from appliance.host.discovery import discover_host
+    from appliance.plan import build_plan
+    from appliance.preflight.checks import HostCheckInput, host_checks
+    from appliance.preflight.launch import HOST_CHECKS
+
+    validated = validate(compose_config(["+model=llama", "mesh=t3k"]), load_matrix())
+    ran = host_checks(HostCheckInput(validated, build_plan(validated), discover_host()))
+    assert tuple(result.id for result in ran) == HOST_CHECKS

@@ -26,6 +26,7 @@ from appliance.errors import ConfigError
 # Mesh options are package data, not operator input, and the workload is composed only by loadtest.
 SECTIONS = {"serving": schema.ServingConfig, "control": schema.ControlConfig,
             "supervisor": schema.SupervisorConfig, "engine": schema.EngineConfig, "workload": schema.WorkloadConfig,
+            "boards": schema.BoardsConfig,
             "workload.prompt_tokens": schema.LengthDistribution,
             "workload.output_tokens": schema.LengthDistribution}  # fmt: skip
 

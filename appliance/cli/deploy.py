@@ -148,7 +148,8 @@ def _render_watch(args: argparse.Namespace) -> int:
             raise LaunchError("render grafana needs Python 3.11 or newer (Grafana's foundation SDK does)")
         from appliance.deploy.grafana import render_grafana
 
-        return _emit(args.out, {f"tt-appliance-{site}.json": render_grafana(site)})
+        exporters = any(e.tt_telemetry for e in entries)
+        return _emit(args.out, {f"tt-appliance-{site}.json": render_grafana(site, exporters)})
     from appliance.deploy.prometheus import RULES_FILE, AlertOptions, render_prometheus
 
     if args.credentials_dir is None:

@@ -71,7 +71,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
         out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
         generations = Generations(journal, _judge(args), gates, planned.workload)
-        return asyncio.run(run_service(plan, token.value, control, checks, generations))
+        owned = tuple(b.index for b in host.boards) if plan.engine == "tt" else ()
+        return asyncio.run(run_service(plan, token.value, control, checks, generations, owned))
 
 
 def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str | None) -> Planned:
@@ -195,6 +196,10 @@ def _detail_lines(state: StateDocument, load: LoadSummary | None) -> list[str]:
 
     lines = [_boot_line(state.boot)] if state.boot is not None else []
     lines += generation_lines(state.generation, state.previous_generation, state.upgrade)
+    if state.boards is not None:
+        lines.append(state.boards.heading())
+        lines += [f"  {b.name} {b.state}: {b.readings()}; {b.trends()}" + (f"; {b.reason}" if b.reason else "")
+                  for b in state.boards.boards]  # fmt: skip
     if state.quarantined:
         lines.append("quarantined: the device fault came back after a board reset; the host needs hands")
     if state.last_error:

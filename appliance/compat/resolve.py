@@ -55,7 +55,8 @@ def mesh_for_host(host: HostFacts) -> str:
     if not host.boards:
         return "cpu"
     for name, mesh in mesh_catalog().items():
-        if mesh.board_name == host.board_type and mesh.boards == len(host.boards):
+        # A Galaxy is one board whose chips are each a device node: count what /dev/tenstorrent lists.
+        if mesh.board_name == host.board_type and (mesh.devices or mesh.boards) == len(host.boards):
             return name
     kinds = ", ".join(sorted({b.card_type or "unknown" for b in host.boards}))
     raise ConfigError(

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # pydantic is imported where a schema is built: a cached comp
 
 __all__ = [
     "ApplianceConfig",
+    "BoardsConfig",
     "ComposedConfig",
     "ControlConfig",
     "ControlTls",
@@ -244,6 +245,29 @@ class SupervisorConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BoardsConfig:
+    __pydantic_config__ = _STRICT
+
+    interval_s: Annotated[float, Bound(ge=0.05, le=3600)] = 5.0
+    """Seconds between reads of the boards the engine owns while serving: plain reads of tt-kmd's sysfs and hwmon
+    files, never a device open, so the running workload is not disturbed."""
+    history: Annotated[int, Bound(ge=2, le=100000)] = 720
+    """Samples kept per board for the trends (720 at 5 s: the last hour); the oldest go first."""
+    heartbeat_stall_s: Annotated[float, Bound(gt=0, le=3600)] = 15.0
+    """A board whose ARC heartbeat (tt_heartbeat) has not advanced for this long is a device fault: the fault
+    ladder stops the engine before it hangs on the board."""
+    hot_margin_c: Annotated[float, Bound(ge=0, le=100)] = 10.0
+    """A board within this many degrees of its trip point is hot: a warning in status, the console and the
+    alerts, never a restart."""
+    trip_c: Annotated[float, Bound(gt=0, le=200)] = 100.0
+    """The thermal trip point where the board does not say its own (hwmon temp1_crit, tt-smi's
+    therm_trip_l1_limit); set it from `tt-smi -s` limits for the site's boards."""
+    tt_telemetry_url: str | None = None
+    """The /metrics URL of the tt-telemetry exporter that covers this host (tt-operator deploys it); set in the
+    site's file, the appliance reads the boards from it instead of sampling sysfs, and says so."""
+
+
+@dataclass(frozen=True, slots=True)
 class SiteConfig:
     __pydantic_config__ = _STRICT
 
@@ -348,6 +372,7 @@ class ApplianceConfig:
     site: SiteConfig
     paths: PathsConfig
     workload: WorkloadConfig
+    boards: BoardsConfig = field(default_factory=BoardsConfig)
     tt: Mapping[str, Any] = field(default_factory=dict)
     """Extra keys for the plugin's --additional-config '{"tt": ...}'; each key is validated."""
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
+from appliance.control.board_metrics import BoardCollector, boards_document
 from appliance.control.capabilities import CapabilityView
 from appliance.control.documents import (
     AcceptedDocument,
@@ -44,6 +45,7 @@ from appliance.control.sources import EngineMetrics, Sources, Supervised, Upgrad
 from appliance.control.upgrade_route import upgrade_handler, with_generations
 from appliance.control.versions import versioned
 from appliance.host.discovery import HostFacts
+from appliance.observe.board_health import BoardsView
 from appliance.observe.host_usage import HostUsage, UsageSampler
 from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
@@ -135,6 +137,9 @@ def create_app(
     capabilities = CapabilityView(sup)
     load = LoadTracker(sup, engine, sources.clock, capabilities, sources.share_s)
     metrics = ApplianceMetrics(sup, load, capabilities, upgrades=upgrades)
+    boards = sources.boards
+    if boards is not None:
+        metrics.registry.register(BoardCollector(boards, sup.plan.boards.trip_c))
     usage = sources.usage or UsageSampler().read
     checks_now = checks_document(checks) if checks else None  # the preflight ran before serve: it never changes
     checks_body = b"" if checks_now is None else render(checks_now)
@@ -151,7 +156,8 @@ def create_app(
         return PlainTextResponse("upgrading" if held else state.value, status_code=200 if ready else 503)
 
     def state_now() -> StateDocument:
-        document = replace(state_document(sup.snapshot(), sup.plan), capabilities=capabilities.document())
+        document = replace(state_document(sup.snapshot(), sup.plan), capabilities=capabilities.document(),
+                           boards=None if boards is None else boards_document(boards()))  # fmt: skip
         return with_generations(document, upgrades)
 
     def host_now() -> HostDocument:
@@ -237,8 +243,10 @@ def create_slots_app(
     token: str,
     checks: Sequence[CheckResult] = (),
     sources: Sources | None = None,
+    boards: Mapping[str, Callable[[], BoardsView]] | None = None,
 ) -> Starlette:
-    """The ASGI app for several slots: GET /slots, and each slot's own app under /slots/<slot>/.
+    """The ASGI app for several slots: GET /slots, and each slot's own app under /slots/<slot>/ (with the view of
+    its own boards' monitor, from `boards`).
 
     The single-engine routes at the root answer 404 naming the slot routes, so a client that
     expects one engine learns why instead of reading one slot as the whole host.
@@ -263,6 +271,13 @@ def create_slots_app(
             Route("/livez", livez),
             Route("/slots", guarded(slots)),
             *(Route(path, guarded(single), methods=["GET", "POST"]) for path in roots),
-            *(Mount(f"/slots/{slot}", app=create_app(sup, token, checks, sources)) for slot, sup in sups.items()),
+            *(
+                Mount(f"/slots/{slot}", app=create_app(sup, token, checks, _slot_sources(sources, boards, slot)))
+                for slot, sup in sups.items()
+            ),
         ]
     )
+
+
+def _slot_sources(sources: Sources | None, boards: Mapping[str, Callable[[], BoardsView]] | None, slot: str) -> Sources:
+    return replace(sources or Sources(), boards=(boards or {}).get(slot))

@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar, cast
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from appliance.control.board_documents import BoardsDocument
 from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
 
 __all__ = [
@@ -181,6 +182,8 @@ class StateDocument:
     """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
     host_share: str | None = None
     """Where the engine runs on the host: its cgroup and weight (or nice) and cores; None: unbounded."""
+    boards: BoardsDocument | None = None
+    """The boards the engine owns, read while it serves; None: none watched (the CPU engine)."""
 
 
 @dataclass(frozen=True, slots=True)

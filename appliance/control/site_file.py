@@ -6,6 +6,7 @@ Site file, YAML: a list of appliances, each
       url: http://10.0.4.21:8100       # its control API
       token_env: LAB_T3K_01_TOKEN      # env var holding its control token (default APPLIANCE_TOKEN)
       ca_file: /etc/tt-appliance/ca.pem # verifies an https url (default: the system's trust store)
+      tt_telemetry: http://10.0.4.21:8080/metrics  # its host's tt-telemetry exporter, where the site runs it
 
 Tokens are named, never written in the file.
 """
@@ -35,6 +36,8 @@ class SiteEntry:
     url: str
     token_env: str = "APPLIANCE_TOKEN"
     ca_file: str | None = None
+    tt_telemetry: str | None = None
+    """The tt-telemetry exporter of the appliance's host: `render prometheus` scrapes it and alerts on its series."""
 
 
 _SITE = TypeAdapter(list[SiteEntry])

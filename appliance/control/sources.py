@@ -17,6 +17,7 @@ import httpx
 
 from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
 from appliance.host.discovery import HostFacts, discover_host
+from appliance.observe.board_health import BoardsView
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan
 from appliance.runtime.engine_log import EngineLog
@@ -71,6 +72,8 @@ class Sources:
     """Stamps each engine sample (seconds; only differences matter)."""
     share_s: float = 0.5
     """GET /load within this long of the last scrape answers from it (0: every request scrapes)."""
+    boards: Callable[[], BoardsView] | None = None
+    """The latest view of the board monitor of the engine's boards; None: no boards watched (the CPU engine)."""
 
 
 class EngineMetrics:

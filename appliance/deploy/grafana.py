@@ -15,8 +15,9 @@ __all__ = ["render_grafana"]
 _QUANTILES = (0.5, 0.95, 0.99)
 
 
-def render_grafana(site: str) -> str:
-    """The dashboard's JSON model for the site whose job is `site`."""
+def render_grafana(site: str, tt_telemetry: bool = False) -> str:
+    """The dashboard's JSON model for the site whose job is `site`, with a row of its boards (from the exporter's
+    series when the site file names tt-telemetry exporters, `<site>-tt-telemetry`, else the appliances' own)."""
     from grafana_foundation_sdk.builders import dashboard as board
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
@@ -52,7 +53,38 @@ def render_grafana(site: str) -> str:
     )
     for panel in panels:
         built = built.with_panel(panel)
+    built = built.with_row(board.Row("Boards"))
+    for panel in _boards(site, tt_telemetry):
+        built = built.with_panel(panel)
     return json.dumps(built.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def _boards(site: str, tt_telemetry: bool) -> list[Any]:
+    """Per board: temperature against its trip point, power, AI clock, heartbeat age; firmware per board."""
+    own = f'job="{site}"'
+    if tt_telemetry:
+        tt, chip = f'job="{site}-tt-telemetry"', "{{appliance}} chip {{chip}}"
+        return [
+            _series("Board temperature", "celsius", (f"tt_asic_temperature_celsius{{{tt}}}", chip)),
+            _series("Board power", "watt", (f"tt_tdp_w{{{tt}}}", chip)),
+            _series("AI clock", "hertz", (f"tt_ai_clock_mhz{{{tt}}} * 1e6", chip)),
+            _series("ARC heartbeat (flat: stalled)", "short", (f"rate(tt_arc_heartbeat{{{tt}}}[$__rate_interval])",
+                                                               chip)),
+            _timeline("Board state per appliance", f"appliance_board_state{{{own}}} == 1",
+                      "{{appliance}} board {{board}} {{state}}"),
+            _timeline("Firmware per chip", f"tt_fw_bundle_firmware_info{{{tt}}}", "{{appliance}} chip {{chip}} "
+                      "{{version}}"),
+        ]  # fmt: skip
+    board = "{{appliance}} {{slot}} board {{board}}"
+    return [
+        _series("Board temperature and trip point", "celsius", (f"appliance_board_temperature_celsius{{{own}}}", board),
+                (f"appliance_board_trip_temperature_celsius{{{own}}}", f"{board} trip")),
+        _series("Board power", "watt", (f"appliance_board_power_watts{{{own}}}", board)),
+        _series("AI clock", "hertz", (f"appliance_board_aiclk_hertz{{{own}}}", board)),
+        _series("ARC heartbeat age", "s", (f"appliance_board_heartbeat_age_seconds{{{own}}}", board)),
+        _timeline("Board state per appliance", f"appliance_board_state{{{own}}} == 1", f"{board} {{{{state}}}}"),
+        _timeline("Firmware per board", f"appliance_board_info{{{own}}}", f"{board} {{{{firmware}}}}"),
+    ]  # fmt: skip
 
 
 def _datasource() -> Any:

@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from appliance.config.schema import SupervisorConfig
+from appliance.config.schema import BoardsConfig, SupervisorConfig
+from appliance.deploy.board_rules import alert as _alert
+from appliance.deploy.board_rules import board_alerts
 from appliance.deploy.site_appliance import Appliance
 from appliance.errors import ConfigError, Problem
 from appliance.observe.alerts import KV_ALERT
@@ -55,6 +57,15 @@ class AlertOptions:
     kv_full: float = field(default=KV_ALERT, metadata={"help": "KV-cache usage that, with requests waiting, alerts"})
     goodput_min: float = field(default=0.99, metadata={"help": "least share of requests within each SLO (0.99: "
                                "the console's TTFT p99 rule)"})  # fmt: skip
+    board_for: str = field(default="2m", metadata={"help": "a hot board, differing firmware: held this long"})
+    board_stall: float = field(default=BoardsConfig().heartbeat_stall_s, metadata={"help": "seconds a board's "
+                               "heartbeat may hold (default: boards.heartbeat_stall_s)"})  # fmt: skip
+    board_stall_window: str = field(default="2m", metadata={"help": "on tt-telemetry: a heartbeat unchanged this "
+                                    "long alerts (several scrapes)"})  # fmt: skip
+    board_trip: float = field(default=BoardsConfig().trip_c, metadata={"help": "trip point (C) on tt-telemetry, "
+                              "which publishes none (default: boards.trip_c)"})  # fmt: skip
+    board_margin: float = field(default=BoardsConfig().hot_margin_c, metadata={"help": "degrees below the trip "
+                                "point that alert (default: boards.hot_margin_c)"})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +100,36 @@ def render_prometheus(
         for source in ("", "engine")
         for i, (key, targets) in enumerate(groups.items(), start=1)
     ]
+    exporters = _exporters(site, entries)
+    scrapes += exporters
     config = {
         "global": {"scrape_interval": options.scrape_interval, "evaluation_interval": options.evaluation_interval},
         "rule_files": [RULES_FILE],
         "scrape_configs": scrapes,
     }
     head = f"# Rendered by `appliance render prometheus` for site {site}; tokens are read from files, never held.\n"
-    return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": [_rules(site, options)]}))
+    boards = {"name": f"tt-appliance-{site}-boards", "rules": board_alerts(
+        site, options, bool(exporters))}  # fmt: skip
+    return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": [_rules(site, options), boards]}))
+
+
+def _exporters(site: str, entries: Sequence[Appliance]) -> list[dict[str, Any]]:
+    """The tt-telemetry exporters the site file names, one job per scheme and path, each target labelled with its
+    appliance (the exporter needs no token)."""
+    jobs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for entry in entries:
+        if entry.tt_telemetry:
+            url = urlsplit(entry.tt_telemetry)
+            jobs.setdefault((url.scheme, url.path or "/metrics"), []).append(
+                {"targets": [url.netloc], "labels": {"appliance": entry.name}}
+            )
+    named = [f"{site}-tt-telemetry" + (f"-{i}" if len(jobs) > 1 else "") for i in range(1, len(jobs) + 1)]
+    return [
+        {"job_name": name, "scheme": scheme, "metrics_path": path, "static_configs": targets,
+         **({"relabel_configs": [{"target_label": "job", "replacement": f"{site}-tt-telemetry"}]}
+            if len(jobs) > 1 else {})}
+        for name, ((scheme, path), targets) in zip(named, jobs.items(), strict=True)
+    ]  # fmt: skip
 
 
 def _check(options: AlertOptions) -> None:
@@ -193,11 +227,6 @@ def _load_alerts(on: str, o: AlertOptions) -> list[dict[str, Any]]:
                "The engine or plugin silently changed what the plan asked for: `appliance status` shows requested "
                "against effective and where the engine said it; plan what the engine can run."),
     ]  # fmt: skip
-
-
-def _alert(name: str, expr: str, hold: str, severity: str, summary: str, runbook: str) -> dict[str, Any]:
-    return {"alert": name, "expr": expr, "for": hold, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "runbook": runbook}}  # fmt: skip
 
 
 class _Dumper(yaml.SafeDumper):

@@ -12,7 +12,8 @@ __all__ = ["Appliance"]
 
 
 class Appliance(Protocol):
-    """An appliance of the site file: its name, its control API's URL, the variable naming its token, its CA."""
+    """An appliance of the site file: its name, its control API's URL, the variable naming its token, its CA, and
+    the tt-telemetry exporter of its host."""
 
     @property
     def name(self) -> str: ...
@@ -22,3 +23,5 @@ class Appliance(Protocol):
     def token_env(self) -> str: ...
     @property
     def ca_file(self) -> str | None: ...
+    @property
+    def tt_telemetry(self) -> str | None: ...

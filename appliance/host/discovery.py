@@ -15,7 +15,10 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # board_sensors reads snapshots of this module's types; it is imported where boards are read
+    from appliance.host.board_sensors import BoardReading
 
 __all__ = [
     "Board",
@@ -55,6 +58,15 @@ class SmiDevice:
     asic_temperature_c: float | None
     power_w: float | None
     aiclk_mhz: float | None
+    current_a: float | None = None
+    voltage_v: float | None = None
+    heartbeat: float | None = None
+    trip_c: float | None = None
+    """limits.therm_trip_l1_limit: the chip's thermal trip point."""
+    dram_trained: bool | None = None
+    """board_info.dram_status."""
+    problems: tuple[str, ...] = ()
+    """One line per telemetry field the snapshot lacks or holds no number in, naming it."""
 
     @property
     def board_name(self) -> str:
@@ -102,6 +114,8 @@ class HostFacts:
     tt_smi: SmiSnapshot | None = None
     tt_smi_error: str | None = None
     """Why there is no snapshot although tt-smi was asked for (not installed, timed out, bad output)."""
+    readings: tuple[BoardReading, ...] = ()
+    """Each board's health from sysfs and hwmon at discovery (plain reads: no device is opened)."""
 
     @property
     def board_type(self) -> str | None:
@@ -127,6 +141,8 @@ def discover_host(root: Path = Path("/"), *, tt_smi: str | None = None, timeout_
         )
         for i in indices
     )
+    from appliance.host.board_sensors import read_boards
+
     meminfo = _meminfo(root / "proc" / "meminfo")
     snapshot, smi_error = _run_tt_smi(tt_smi, timeout_s) if tt_smi else (None, None)
     return HostFacts(
@@ -137,6 +153,7 @@ def discover_host(root: Path = Path("/"), *, tt_smi: str | None = None, timeout_
         mem_available_bytes=meminfo.get("MemAvailable"),
         tt_smi=snapshot,
         tt_smi_error=smi_error,
+        readings=read_boards(root, tuple(indices)),
     )
 
 
@@ -148,14 +165,18 @@ def parse_tt_smi(text: str) -> SmiSnapshot:
         raise ValueError(f"not JSON: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("device_info"), list):
         raise ValueError("no device_info list")
-    driver = str(data.get("host_info", {}).get("Driver") or "")
+    ignored: list[str] = []  # tt-smi has no schema contract: a section of another shape is read as empty
+    driver = str(_section(data.get("host_info"), "host_info", ignored).get("Driver") or "")
+    listed = data.get("processes")
+    processes: list[Any] = listed if isinstance(listed, list) else []
     return SmiSnapshot(
         kmd_version=driver.split()[-1] if driver.strip() else None,
-        tt_smi_version=_opt(data.get("host_sw_vers", {}).get("tt_smi")),
-        devices=tuple(_smi_device(d) for d in data["device_info"]),
+        tt_smi_version=_opt(_section(data.get("host_sw_vers"), "host_sw_vers", ignored).get("tt_smi")),
+        devices=tuple(_smi_device(d, i) for i, d in enumerate(data["device_info"])),
         processes=tuple(
             SmiProcess(int(p["pid"]), _opt(p.get("user")), _opt(p.get("device")), str(p.get("cmdline", "")))
-            for p in data.get("processes") or ()
+            for p in processes
+            if isinstance(p, dict) and str(p.get("pid", "")).isdigit()
         ),
     )
 
@@ -173,18 +194,45 @@ def device_lock_name(boards: tuple[Board, ...]) -> str:
     return "tenstorrent-" + "-".join(str(b.index) for b in boards)
 
 
-def _smi_device(entry: Mapping[str, Any]) -> SmiDevice:
-    board = entry.get("board_info") or {}
-    telemetry = entry.get("telemetry") or {}
+def _smi_device(raw: object, index: int) -> SmiDevice:
+    where = f"device_info[{index}]"
+    problems: list[str] = []
+    entry = _section(raw, where, problems)
+    board = _section(entry.get("board_info"), f"{where}.board_info", problems)
+    telemetry = _section(entry.get("telemetry"), f"{where}.telemetry", problems)
+    limits = entry.get("limits") or {}
+    limits = limits if isinstance(limits, dict) else {}
+
+    def reading(section: Mapping[str, Any], key: str, path: str) -> float | None:
+        value = _number(section.get(key))
+        if value is None and section:
+            problems.append(f"{path}.{key}: " + (f"{section[key]!r} is not a number" if key in section else "missing"))
+        return value
+
+    dram = board.get("dram_status")
     return SmiDevice(
         bus_id=_opt(board.get("bus_id")),
         board_type=str(board.get("board_type") or ""),
         board_id=_opt(board.get("board_id")),
         firmware=_opt((entry.get("firmwares") or {}).get("fw_bundle_version")),
-        asic_temperature_c=_number(telemetry.get("asic_temperature")),
-        power_w=_number(telemetry.get("power")),
-        aiclk_mhz=_number(telemetry.get("aiclk")),
+        asic_temperature_c=reading(telemetry, "asic_temperature", f"{where}.telemetry"),
+        power_w=reading(telemetry, "power", f"{where}.telemetry"),
+        aiclk_mhz=reading(telemetry, "aiclk", f"{where}.telemetry"),
+        current_a=_number(telemetry.get("current")),
+        voltage_v=_number(telemetry.get("voltage")),
+        heartbeat=reading(telemetry, "heartbeat", f"{where}.telemetry"),
+        trip_c=_number(limits.get("therm_trip_l1_limit")),
+        dram_trained=dram if isinstance(dram, bool) else None,
+        problems=tuple(problems),
     )
+
+
+def _section(value: object, where: str, problems: list[str]) -> dict[str, Any]:
+    """A snapshot's object at `where`, or {} and a problem naming it: tt-smi has no schema contract."""
+    if isinstance(value, dict):
+        return value
+    problems.append(f"{where}: {'missing' if value is None else 'not an object'}")
+    return {}
 
 
 def _run_tt_smi(command: str, timeout_s: float) -> tuple[SmiSnapshot | None, str | None]:

@@ -85,9 +85,11 @@ def worst(results: tuple[CheckResult, ...]) -> CheckStatus:
 
 
 def host_checks(given: HostCheckInput) -> tuple[CheckResult, ...]:
-    """Every host check: the mesh, firmware, KMD, device holders, hugepages, disk and memory."""
+    """Every host check: the mesh, firmware, KMD, device holders, the boards' health, hugepages, disk and memory."""
+    from appliance.preflight.board_check import board_health_check  # it builds its result with this module's check()
+
     runs: tuple[Callable[[HostCheckInput], CheckResult], ...] = (
-        _mesh, _firmware, _kmd, _holders, _hugepages, _disk, _memory,
+        _mesh, _firmware, _kmd, _holders, board_health_check, _hugepages, _disk, _memory,
     )  # fmt: skip
     return tuple(run(given) for run in runs)
 

@@ -35,7 +35,16 @@ __all__ = [
     "secrets_from_dir",
 ]
 
-HOST_CHECKS = ("host.mesh", "host.firmware", "host.kmd", "host.holders", "host.hugepages", "host.disk", "host.memory")
+HOST_CHECKS = (
+    "host.mesh",
+    "host.firmware",
+    "host.kmd",
+    "host.holders",
+    "host.boards",
+    "host.hugepages",
+    "host.disk",
+    "host.memory",
+)
 """The host checks' ids (preflight/checks.py): `serve` runs them on the host, `validate` only names them."""
 # The hub token is optional (only a gated hub checkpoint needs it); every other secret a config names is required.
 _OPTIONAL_SECRETS = frozenset({"HF_TOKEN"})

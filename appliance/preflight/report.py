@@ -118,6 +118,7 @@ def _host_lines(report: PilotReport) -> list[str]:
         f"- 1 GiB hugepages: {f'{pages.free} free of {pages.total} ({pages.mount})' if pages else 'no pool'}",
         f"- memory: {_gib(host.mem_available_bytes)} available of {_gib(host.mem_total_bytes)}",
         f"- tt-smi: {_smi(report)}",
+        f"- board health: {_health(report)}",
         f"- engine environment: {_engine_text(report)}",
     ]
     return lines
@@ -130,6 +131,21 @@ def _smi(report: PilotReport) -> str:
     temps = [d.asic_temperature_c for d in smi.devices if d.asic_temperature_c is not None]
     hottest = f", hottest ASIC {max(temps):.1f} °C" if temps else ""
     return f"{len(smi.devices)} chip(s), driver {smi.kmd_version}{hottest}, {len(smi.processes)} holder(s)"
+
+
+def _health(report: PilotReport) -> str:
+    """Each board's temperature, power, AI clock and heartbeat as discovery read them (unknown where unreadable)."""
+    said = [
+        f"{r.board}: {_reading(r.temperature_c, '°C')}, {_reading(r.power_w, 'W')}, aiclk "
+        f"{_reading(r.aiclk_mhz, 'MHz')}, heartbeat {_reading(r.heartbeat, '')}, trips "
+        f"{'unknown' if r.therm_trips is None else r.therm_trips}"
+        for r in report.host.readings
+    ]  # fmt: skip
+    return "; ".join(said) or "no board"
+
+
+def _reading(value: float | None, unit: str) -> str:
+    return "unknown" if value is None else f"{value:g} {unit}".rstrip()
 
 
 def _engine(report: PilotReport) -> dict[str, Any] | None:

@@ -139,6 +139,17 @@ class EngineSupervisor:
         self._next_plan = plan
         self.request("restart")
 
+    def board_fault(self, line: str) -> Fault | None:
+        """A board monitor's line (a stalled heartbeat, a trip, a vanished board), judged by the same fault ladder
+        as the engine's log: a device fault during boot or while ready stops the engine and climbs the ladder
+        (fail with the next step, or reset once, then quarantine) before the engine hangs on the board."""
+        self.log.write(line)
+        fault = self._faults.classify(line)
+        if fault is not None and fault.device and self._fault is None and self._state in (*_BOOT_ORDER, _S.READY):
+            self._fault = fault
+            self._faulted.set()
+        return fault
+
     def snapshot(self) -> SupervisorSnapshot:
         """The lifecycle as it is now, frozen."""
         uptime = None if self._ready_since is None else self._clock() - self._ready_since
@@ -243,7 +254,7 @@ class EngineSupervisor:
             self._change(_S.STOPPED, "drained for restart" + self._cancelled_note())
             self._crashes = 0
             return "start"
-        if self._fault is not None and ready_for is None:
+        if self._fault is not None and (ready_for is None or outcome == "device-fault"):
             return await self._on_fault(self._fault)
         tail = self._cause()
         if outcome == "boot-timeout":

@@ -19,6 +19,7 @@ import uvicorn
 from appliance.control.api import create_slots_app
 from appliance.control.tls import uvicorn_tls
 from appliance.host.discovery import HostFacts, device_lock_name
+from appliance.observe.board_sources import board_monitor
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.notify import lifecycle_notifier
@@ -51,7 +52,14 @@ async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_re
     logs = {s.name: EngineLog(Path(s.plan.log_dir)) for s in plan.slots}
     sups = {s.name: EngineSupervisor(s.plan, logs[s.name], name=f"slot {s.name}") for s in plan.slots}
     _watch_readiness(sups, on_ready)
-    app = create_slots_app(plan.name, sups, token)
+    monitors = {
+        s.name: board_monitor(
+            s.plan.boards, s.devices, slot=s.name, every_chip=False, on_fault=sups[s.name].board_fault
+        )
+        for s in plan.slots
+        if s.devices and s.plan.engine == "tt"
+    }  # each slot watches its own devices: a fault on one slot's board stops only that slot's engine
+    app = create_slots_app(plan.name, sups, token, boards={name: m.view for name, m in monitors.items()})
     config = uvicorn.Config(app, host=plan.control.host, port=plan.control.port, log_level="warning", lifespan="off",
                             **uvicorn_tls(plan.control.tls))  # fmt: skip
     server = EmbeddedServer(config)
@@ -66,9 +74,12 @@ async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_re
     for sig in _EXIT_FOR_SIGNAL:
         loop.add_signal_handler(sig, on_signal, sig)
     api = asyncio.create_task(server.serve(sockets=[control]))
+    watching = [asyncio.create_task(m.run()) for m in monitors.values()]
     try:
         await asyncio.gather(*(sup.run() for sup in sups.values()))
     finally:
+        for task in watching:
+            task.cancel()
         for sig in _EXIT_FOR_SIGNAL:
             loop.remove_signal_handler(sig)
         server.should_exit = True

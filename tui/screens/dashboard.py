@@ -1,4 +1,4 @@
-"""The single-appliance dashboard: header, load, latency, scheduler, devices, checks."""
+"""The single-appliance dashboard: header, load, latency, scheduler, boards, devices, checks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer
 
 from tui.screens.base import ApplianceScreen
+from tui.widgets.boards import BoardsPanel
 from tui.widgets.header import ApplianceHeader
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import ChecksPanel, DevicesPanel, LatencyPanel, SchedulerPanel
@@ -21,6 +22,7 @@ class DashboardScreen(ApplianceScreen):
             yield LoadPanel().data_bind(DashboardScreen.view)
             yield LatencyPanel().data_bind(DashboardScreen.view)
             yield SchedulerPanel(id="scheduler").data_bind(DashboardScreen.view)
+            yield BoardsPanel(id="boards").data_bind(DashboardScreen.view)
             yield DevicesPanel().data_bind(DashboardScreen.view)
             yield ChecksPanel().data_bind(DashboardScreen.view)
         yield Footer()

@@ -12,11 +12,12 @@ from textual.widgets import DataTable, Footer, Static
 
 from appliance.control.documents import StateDocument
 from tui.view import ApplianceView
+from tui.widgets.boards import worst_board
 from tui.widgets.format import STATE_STYLE, millis, number, percent
 
 __all__ = ["FleetScreen"]
 
-_COLUMNS = ("appliance", "state", "model", "mesh", "generation", "load", "p99 TTFT", "KV", "alerts")
+_COLUMNS = ("appliance", "state", "model", "mesh", "generation", "load", "p99 TTFT", "KV", "worst board", "alerts")
 
 
 class FleetScreen(Screen[None]):
@@ -64,7 +65,7 @@ class FleetScreen(Screen[None]):
 def _row(view: ApplianceView) -> tuple[str | Text, ...]:
     state, summary = view.polled.state, view.summary
     if state is None:
-        return (view.name, Text("unreachable", STATE_STYLE["unreachable"]), "", "", "", "", "", "",
+        return (view.name, Text("unreachable", STATE_STYLE["unreachable"]), "", "", "", "", "", "", "",
                 Text(view.polled.error or "", "red"))  # fmt: skip
     load = "no metrics"
     if summary is not None:
@@ -73,8 +74,9 @@ def _row(view: ApplianceView) -> tuple[str | Text, ...]:
     ttft = millis(summary.ttft.p99) if summary is not None and summary.ttft is not None else "–"
     kv = percent(summary.kv_usage) if summary is not None else "n/a"
     alerts = Text(" · ".join(view.alerts), "yellow") if view.alerts else Text("ok", "green")
+    board = worst_board(state.boards.worst() if state.boards is not None else None)
     return (view.name, Text(state.state, STATE_STYLE.get(state.state, "")), state.checkpoint, state.mesh,
-            _generation(state), load, ttft, kv, alerts)  # fmt: skip
+            _generation(state), load, ttft, kv, board, alerts)  # fmt: skip
 
 
 def _generation(state: StateDocument) -> str | Text:
