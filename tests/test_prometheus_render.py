@@ -114,11 +114,12 @@ def rule_tests(rules: dict[str, object]) -> dict[str, object]:
     cases = []
     for name, silent, firing, expected in ALERTS:
         severity = rendered[name]["labels"]["severity"]
-        runbook = rendered[name]["annotations"]["runbook"]
+        annotations = rendered[name]["annotations"]
+        runbook, runbook_url = annotations["runbook"], annotations["runbook_url"]
         cases.append({"eval_time": silent, "alertname": name, "exp_alerts": []})
         cases.append({"eval_time": firing, "alertname": name, "exp_alerts": [
             {"exp_labels": {"job": "lab", "severity": severity, **labels},
-             "exp_annotations": {"summary": summary, "runbook": runbook}}
+             "exp_annotations": {"summary": summary, "runbook": runbook, "runbook_url": runbook_url}}
             for labels, summary in expected
         ]})  # fmt: skip
     series = [{"series": name, "values": values} for name, values in SERIES_IN.items()]
