@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error))
     except (Abort, ConfigurationError) as error:
         return _fail(_first(warnings.seen) or " ".join(str(error).split()))
+    except Exception as error:  # the process's boundary: one line; APPLIANCE_DEBUG=1 shows the traceback
+        if os.environ.get("APPLIANCE_DEBUG") == "1":
+            raise
+        return _fail(f"the build failed: {type(error).__name__}: {' '.join(str(error).split())}")
     print(f"docs: built in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
 
