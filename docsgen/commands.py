@@ -25,7 +25,7 @@ WIDTH = 110
 
 @cache
 def run(command: str, color: bool = False) -> tuple[int, str]:
-    """Exit code and output (stdout then stderr) of an `appliance …` command line run in the checkout."""
+    """Exit code and output (stdout and stderr as they came) of an `appliance …` command line run in the checkout."""
     words = shlex.split(command)
     if words[0] != "appliance":
         raise DocsError(f"`{command}`: only appliance commands run in the docs")
@@ -33,10 +33,10 @@ def run(command: str, color: bool = False) -> tuple[int, str]:
     env.pop("NO_COLOR" if color else "FORCE_COLOR", None)
     env["FORCE_COLOR" if color else "NO_COLOR"] = "1"
     done = subprocess.run(
-        [sys.executable, "-m", "appliance.cli", *words[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-m", "appliance.cli", *words[1:]], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
     )  # fmt: skip
-    output = (done.stdout + done.stderr).replace(str(ROOT), "<clone>").replace(str(Path.home()), "~")
+    output = done.stdout.replace(str(ROOT), "<clone>").replace(str(Path.home()), "~")
     return done.returncode, output.rstrip()
 
 
