@@ -70,7 +70,7 @@ async def _shots(one: object, two: object) -> dict[str, str]:
 
     gone = Target("gone", f"http://127.0.0.1:{free_port()}", "x")
     return {
-        "console-appliance.svg": await _shot(recorded_console(one), polls=6),  # type: ignore[arg-type]
+        "console-appliance.svg": await _shot(recorded_console(one), polls=6, rows=30),  # type: ignore[arg-type]
         "console-config.svg": await _shot(recorded_console(one), polls=1, keys=("c",)),  # type: ignore[arg-type]
         "console-site.svg": await _shot(recorded_console(one, two, extra=[gone]), polls=4, rows=10),  # type: ignore[arg-type]
     }
