@@ -23,6 +23,8 @@ class Code:
     """`module.py:line` of the call that makes it."""
     key: str
     """The key or file it names, where the call spells it literally."""
+    message: str
+    """What it says, as the call spells it (`*` for each part filled in when it is made)."""
 
 
 def find_codes(package: Path) -> tuple[Code, ...]:
@@ -41,9 +43,10 @@ def codes_page(codes: tuple[Code, ...]) -> str:
     lines = ["# Every validation code", "", "Generated at build time from the code: each `error[code]` / "
              "`warning[code]` an operator can meet, where it is made and the key it names. What each means, grouped, "
              "is in [Validation and the fit](../concepts/validation.md).", "",
-             "| code | severity | key | made at |", "|---|---|---|---|"]  # fmt: skip
+             "| code | severity | key | message | made at |", "|---|---|---|---|---|"]  # fmt: skip
     for c in codes:
-        lines.append(f"| `{c.code}` | {c.severity} | {f'`{c.key}`' if c.key else ''} | `{c.where}` |")
+        key = f"`{c.key}`" if c.key else ""
+        lines.append(f"| `{c.code}` | {c.severity} | {key} | {_cell(c.message)} | `{c.where}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -67,7 +70,8 @@ def _calls(tree: ast.Module, makers: set[str], module: str) -> Iterator[Code]:
             continue
         severity = _text(given.get("severity") or args[4]) or "error"
         key = _text(args[1] if len(node.args) > 1 else given.get("key")) or ""
-        yield Code(code, severity, f"{module}:{node.lineno}", key)
+        message = _text(args[2] if len(node.args) > 2 else given.get("message")) or ""
+        yield Code(code, severity, f"{module}:{node.lineno}", key, message)
 
 
 def _text(node: ast.expr | None) -> str | None:
@@ -77,3 +81,9 @@ def _text(node: ast.expr | None) -> str | None:
     if isinstance(node, ast.JoinedStr):
         return "".join(str(p.value) if isinstance(p, ast.Constant) else "*" for p in node.values)
     return None
+
+
+def _cell(text: str) -> str:
+    """A table cell: pipes escaped, at most about a line of text."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= 140 else text[:139] + "…"

@@ -20,15 +20,19 @@ from docsgen import DocsError
 __all__ = ["config_page", "docstrings"]
 
 
-def config_page(root: type, embedded: Mapping[str, object]) -> str:
+def config_page(root: type, embedded: Mapping[str, object], options: Mapping[str, tuple[str, ...]]) -> str:
     """The page: a table per section (`model`, `mesh`, …); `embedded` is each key's value in the embedded default
-    (the composed conf/). DocsError names the first key without a description."""
+    (the composed conf/), `options` each config group's options. DocsError names the first key without a
+    description."""
     lines = ["# Every config key", "", "Generated at build time from `appliance/config/schema.py`: each key's type and "
              "range as composition enforces them, its schema default, its value in the embedded default (`conf/`, "
              "what `make serve` runs) and its description (the field's docstring).", ""]  # fmt: skip
     for section, rows in _sections(root):
-        lines += [f"## `{section}`", "", "| key | type and range | default | embedded | description |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"## `{section}`", ""]
+        if section in options:
+            choices = ", ".join(f"`{section}={o}`" for o in options[section])
+            lines += [f"A config group: one of {choices} (`conf/{section}/`) sets these keys.", ""]
+        lines += ["| key | type and range | default | embedded | description |", "|---|---|---|---|---|"]
         for key, hint, default, text in rows:
             value = f"`{embedded[key]}`" if key in embedded else ""
             lines.append(f"| `{key}` | {_cell(_type(hint))} | {default} | {_cell(value)} | {_cell(text)} |")

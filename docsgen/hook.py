@@ -41,7 +41,7 @@ def _generated() -> Iterator[tuple[str, str | bytes]]:
     from docsgen.metrics_reference import find_series, metrics_page
 
     yield "reference/cli.md", cli_page(COMMANDS, command_parser)
-    yield "reference/config.md", config_page(ApplianceConfig, _embedded())
+    yield "reference/config.md", config_page(ApplianceConfig, _embedded(), _options())
     yield "reference/codes.md", codes_page(find_codes(ROOT / "appliance"))
     yield "reference/metrics.md", metrics_page(find_series(ROOT / "appliance" / "control" / "metrics.py"))
     yield from pictures.terminal_pictures()
@@ -57,6 +57,12 @@ def _embedded() -> dict[str, object]:
     return {
         key: str(value).replace(home, "~") for key, value in _flat(dataclasses.asdict(compose_config([]).config), "")
     }
+
+
+def _options() -> dict[str, tuple[str, ...]]:
+    from appliance.config.compose import GROUPS, group_options
+
+    return {group: group_options(group) for group in GROUPS}
 
 
 def _flat(tree: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, object]]:

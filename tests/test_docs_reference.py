@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
+import re
 from pathlib import Path
 
 import httpx
@@ -42,7 +44,8 @@ def test_a_flag_without_help_text_is_refused_naming_it() -> None:
 
 def test_every_schema_field_has_its_docstring_found() -> None:
     assert docstrings(HostShare)["reserve_cores"].startswith("Cores kept from the engine")
-    page = config_page(ApplianceConfig, {"serving.port": 8000})
+    page = config_page(ApplianceConfig, {"serving.port": 8000}, {"mesh": ("n150", "t3k")})
+    assert "one of `mesh=n150`, `mesh=t3k`" in page
     assert "| `serving.port` | int, ≥ 1, ≤ 65535 | `8000` | `8000` | Port of the engine's OpenAI API" in page
 
 
@@ -52,7 +55,7 @@ def test_a_key_without_a_description_is_refused_naming_it() -> None:
         knob: int = 1
 
     with pytest.raises(DocsError, match=r"^config key knob has no description"):
-        config_page(Undocumented, {})
+        config_page(Undocumented, {}, {})
 
 
 def test_the_codes_are_found_where_they_are_made() -> None:
@@ -74,3 +77,15 @@ async def test_a_real_scrape_shows_no_series_the_reference_lacks() -> None:
     names = {s.name for f in text_string_to_metric_families(page) for s in f.samples if s.name.startswith("appl")}
     exposed = {name.removesuffix("_created") + "_total" if name.endswith("_created") else name for name in names}
     assert exposed and exposed <= declared, exposed - declared
+
+
+def test_every_code_the_validation_page_explains_is_still_made() -> None:
+    """docs/concepts/validation.md explains the codes in groups, by hand: a code it names must still exist."""
+    made = {c.code for c in find_codes(ROOT / "appliance")}
+    page = (ROOT / "docs" / "concepts" / "validation.md").read_text()
+    named = {
+        code for row in re.findall(r"^\| (.+?) \|", page, flags=re.M) for code in re.findall(r"`([a-z0-9-]+)`", row)
+    }
+    assert named, "the validation page has no code table"
+    gone = {code for code in named if code not in made and not any(fnmatch.fnmatch(code, m) for m in made)}
+    assert not gone, f"docs/concepts/validation.md explains codes nothing makes: {sorted(gone)}"
