@@ -89,3 +89,14 @@ def test_every_code_the_validation_page_explains_is_still_made() -> None:
     assert named, "the validation page has no code table"
     gone = {code for code in named if code not in made and not any(fnmatch.fnmatch(code, m) for m in made)}
     assert not gone, f"docs/concepts/validation.md explains codes nothing makes: {sorted(gone)}"
+
+
+def test_the_hand_written_tables_name_only_what_the_code_has() -> None:
+    """The guides' tables explain commands and series by hand; the names they use must be the code's."""
+    commands = (ROOT / "docs" / "reference" / "commands.md").read_text()
+    listed = set(re.findall(r"^\| `appliance ([a-z-]+)", commands, flags=re.M))
+    assert listed == set(COMMANDS)
+    guide = (ROOT / "docs" / "guides" / "prometheus-grafana.md").read_text()
+    named = {n for row in re.findall(r"^\| (`appliance_.+?) \|", guide, flags=re.M) for n in re.findall(r"`(\w+)", row)}
+    declared = {s.name for s in find_series(ROOT / "appliance" / "control" / "metrics.py")}
+    assert named == declared
