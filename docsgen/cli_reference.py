@@ -32,7 +32,9 @@ def _row(command: str, action: argparse.Action) -> str:
     flag = ", ".join(action.option_strings) or (action.metavar if isinstance(action.metavar, str) else action.dest)
     if not action.help or action.help == argparse.SUPPRESS:
         raise DocsError(f"`appliance {command} {flag}` has no help text: pass help= where it is added")
-    if action.choices:
+    if isinstance(action.choices, range):
+        flag += f" {{{action.choices.start}..{action.choices.stop - 1}}}"
+    elif action.choices:
         flag += " {" + ",".join(map(str, action.choices)) + "}"
     switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
     default = "" if switch or action.default in (None, argparse.SUPPRESS) else f"`{action.default}`"

@@ -32,7 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "console": ("console", "live operator console (Textual) for one appliance or a site"),
     "build": ("deploy", "build an engine environment from its pins, then write its manifest"),
     "manifest": ("deploy", "the engine environment: pins vs installed, config hash, host"),
-    "render": ("deploy", "deployment files for one config: k8s manifests or a systemd unit"),
+    "render": (
+        "deploy",
+        "deployment files: k8s manifests, a systemd unit, a site's Ansible roll, Prometheus rules or "
+        "its Grafana dashboard",
+    ),
     "sites": ("deploy", "list sites with their effective overrides"),
     "gateway": ("gateway", "front a site's appliances with HAProxy (readiness-gated)"),
     "check": ("check", "host preflight and the five-point pilot checklist, with a report"),
