@@ -28,7 +28,7 @@ def config_page(root: type, embedded: Mapping[str, object], options: Mapping[str
              "range as composition enforces them, its schema default, its value in the embedded default (`conf/`, "
              "what `make serve` runs) and its description (the field's docstring).", ""]  # fmt: skip
     for section, rows in _sections(root):
-        lines += [f"## `{section}`", ""]
+        lines += [f"## `{section}`" if section != _TOP else f"## {section}", ""]
         if section in options:
             choices = ", ".join(f"`{section}={o}`" for o in options[section])
             lines += [f"A config group: one of {choices} (`conf/{section}/`) sets these keys.", ""]
@@ -53,6 +53,7 @@ def docstrings(cls: type) -> dict[str, str]:
 
 
 Row = tuple[str, Any, str, str]
+_TOP = "Top-level keys"
 
 
 def _sections(root: type) -> Iterator[tuple[str, list[Row]]]:
@@ -66,7 +67,7 @@ def _sections(root: type) -> Iterator[tuple[str, list[Row]]]:
         else:
             loose += _field_rows(root, field, hints[field.name], texts, "")
     if loose:
-        yield "(top level)", loose
+        yield _TOP, loose
 
 
 def _rows(cls: type, prefix: str) -> Iterator[Row]:
@@ -102,22 +103,30 @@ def _default(field: dataclasses.Field[Any]) -> str:
     return "required"
 
 
-def _type(hint: Any) -> str:
-    """`int ≥ 1, ≤ 65535`, `one of tt, cpu`, `str or null`, …"""
+def _type(hint: Any, inner: bool = False) -> str:
+    """`int, ≥ 1, ≤ 65535`, `one of tt, cpu`, `str or null`, `mapping of str (matches …) to str`, …"""
     if typing.get_origin(hint) is Annotated:
         base, *meta = typing.get_args(hint)
         limits = ", ".join(str(m) for m in meta)
-        return f"{_type(base)}, {limits}" if limits else _type(base)
+        if not limits:
+            return _type(base, inner)
+        return f"{_type(base, True)} ({limits})" if inner else f"{_type(base)}, {limits}"
+    if typing.get_origin(hint) in (Mapping, dict):
+        key, value = typing.get_args(hint)
+        return f"mapping of {_type(key, True)} to {_type(value, True)}"
+    if typing.get_origin(hint) is tuple:
+        items = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        if Ellipsis in typing.get_args(hint):
+            return f"list of {_type(items[0], True)}"
+        return f"pair of {_type(items[0], True)}" if len(set(items)) == 1 and len(items) == 2 else str(hint)
     if _is_union(hint):
         parts = [a for a in typing.get_args(hint) if a is not type(None)]
         text = " or ".join(_type(p) for p in parts)
         return f"{text} or null" if len(parts) < len(typing.get_args(hint)) else text
     if typing.get_origin(hint) is Literal:
         return "one of " + ", ".join(f"`{v}`" for v in typing.get_args(hint))
-    origin = typing.get_origin(hint)
-    if origin is not None:
-        args = ", ".join(_type(a) for a in typing.get_args(hint) if a is not Ellipsis)
-        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    if hint is Any:
+        return "any value"
     return getattr(hint, "__name__", str(hint))
 
 
