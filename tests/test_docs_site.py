@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.server
+import re
 import subprocess
 import sys
 import threading
@@ -120,3 +121,14 @@ async def _visit(urls: list[str]) -> dict[str, tuple[tuple[tuple[str, bool], ...
                 SCREENSHOT.write_bytes(png)
             seen[url] = (facts.images, facts.links)
     return seen
+
+
+def test_the_readme_is_short_and_its_links_and_picture_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if not urlsplit(t).scheme]
+    assert "docs/img/console-site.svg" in local
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+    assert "make serve   #" in readme and "make test    #" in readme  # the quick start's two commands
