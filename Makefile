@@ -3,7 +3,7 @@
 # environments, the independent ones at once, as steps with one progress display
 # (build/setup/run_steps.py: rich rows on a terminal, one line per step otherwise; logs in .tools/logs).
 # While editing: `make test-fast` (no engine, about 2 min) and `make test-engine` (the engine tier, about
-# 20 min, mostly engine boots: README, Tests).
+# 20 min, mostly engine boots: docs/development/tests.md). `make docs` builds the documentation site into site/.
 PYTHON ?= python3
 TOOLS := .tools/setup
 UV := $(CURDIR)/$(TOOLS)/bin/uv
@@ -17,6 +17,8 @@ HAPROXY := /usr/sbin/haproxy
 # Prometheus and promtool (Debian's prometheus): the tests check and unit-test the rendered config and rules with
 # promtool, and scrape a real appliance with Prometheus.
 PROMETHEUS := /usr/bin/prometheus
+# Debian's chromium: the docs test opens the built site in it, headless (tests/test_docs_site.py).
+CHROMIUM := /usr/bin/chromium
 # systemd's tools (Debian's systemd): the tests verify the rendered unit and rate its sandbox with them.
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 # checkov, the manifests' policy check (tests/test_k8s_hardening.py), in a venv of its own: its
@@ -35,7 +37,7 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-environments test-fast test-engine lint bench soak engine-cpu engine-ttnn setup tools haproxy systemd-tools checkov ansible prometheus
+.PHONY: serve test test-environments test-fast test-engine lint bench soak engine-cpu engine-ttnn setup tools haproxy systemd-tools checkov ansible prometheus chromium docs
 
 # The set-up steps, as "title=target" for $(STEPS).
 APPLIANCE_STEP := "appliance venv=$(VENV)/.installed"
@@ -103,6 +105,11 @@ prometheus: $(PROMETHEUS)
 $(PROMETHEUS):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus > /dev/null
 
+chromium: $(CHROMIUM)
+
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null
+
 systemd-tools: $(SYSTEMD_ANALYZE)
 
 $(SYSTEMD_ANALYZE):
@@ -123,7 +130,7 @@ PARALLEL := -n 3 --dist worksteal
 # Each tier prints its time against its budget (build/setup/tier.sh): 30 minutes in all on a fresh 2-core machine.
 TIER := build/setup/tier.sh
 test:
-	@$(TIER) set-up 150 $(MAKE) --no-print-directory test-environments haproxy systemd-tools prometheus
+	@$(TIER) set-up 150 $(MAKE) --no-print-directory test-environments haproxy systemd-tools prometheus chromium
 	@$(TIER) lint 90 $(MAKE) --no-print-directory lint
 	@$(TIER) fast 180 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	@$(TIER) engine 1380 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
@@ -132,7 +139,7 @@ test-environments: tools
 	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP) $(TTNN_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
 
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: tools systemd-tools prometheus
+test-fast: tools systemd-tools prometheus chromium
 	@$(STEPS) $(APPLIANCE_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
@@ -141,9 +148,15 @@ test-engine: tools haproxy prometheus
 	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP) $(TTNN_STEP) $(ANSIBLE_STEP)
 	$(BIN)/pytest -m engine
 
+# The documentation site, strictly (a broken link, anchor or page, a command without help text or a config key
+# without a description fails with one line naming it), into site/: its reference pages and pictures are made from
+# the code by the build (docsgen/).
+docs: setup
+	$(BIN)/python -m docsgen
+
 lint: setup
-	$(BIN)/ruff check appliance tui tests bench build engine_plugins
-	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins
+	$(BIN)/ruff check appliance tui tests bench build engine_plugins docsgen
+	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins docsgen
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

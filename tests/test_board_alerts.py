@@ -80,10 +80,11 @@ def cases(rules: dict[str, dict[str, object]], tt: bool) -> list[dict[str, objec
                                         f"{where}: DRAM did not train"),
         "ApplianceBoardFirmwareDiffers": ("4m", "6m", {}, "site lab: boards run 2 different firmware bundles"),
     }  # fmt: skip
-    out = []
+    out: list[dict[str, object]] = []
     for name, (silent, firing, labels, summary) in expected.items():
         rule = rules[name]
-        annotations = {"summary": summary, "runbook": rule["annotations"]["runbook"]}  # type: ignore[index]
+        given: dict[str, str] = rule["annotations"]  # type: ignore[assignment]
+        annotations = {"summary": summary, "runbook": given["runbook"], "runbook_url": given["runbook_url"]}
         severity = rule["labels"]["severity"]  # type: ignore[index]
         out.append({"eval_time": silent, "alertname": name, "exp_alerts": []})
         out.append({"eval_time": firing, "alertname": name, "exp_alerts": [

@@ -114,11 +114,12 @@ def rule_tests(rules: dict[str, object]) -> dict[str, object]:
     cases = []
     for name, silent, firing, expected in ALERTS:
         severity = rendered[name]["labels"]["severity"]
-        runbook = rendered[name]["annotations"]["runbook"]
+        annotations = rendered[name]["annotations"]
+        runbook, runbook_url = annotations["runbook"], annotations["runbook_url"]
         cases.append({"eval_time": silent, "alertname": name, "exp_alerts": []})
         cases.append({"eval_time": firing, "alertname": name, "exp_alerts": [
             {"exp_labels": {"job": "lab", "severity": severity, **labels},
-             "exp_annotations": {"summary": summary, "runbook": runbook}}
+             "exp_annotations": {"summary": summary, "runbook": runbook, "runbook_url": runbook_url}}
             for labels, summary in expected
         ]})  # fmt: skip
     series = [{"series": name, "values": values} for name, values in SERIES_IN.items()]
@@ -203,3 +204,21 @@ def test_an_interval_or_threshold_prometheus_cannot_take_is_refused_naming_its_f
               str(tmp_path / "out"), flag, given)  # fmt: skip
     assert ran.returncode == 2 and ran.stderr.startswith(f"error[alert-option] {flag}: {shown} is not")
     assert not (tmp_path / "out").exists()
+
+
+def test_each_alert_links_to_its_runbook_where_the_site_serves_the_docs(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path
+) -> None:
+    site_file, creds = site
+    flags = ("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds))
+    ran = cli(*flags, "--out", str(tmp_path), "--docs-url", "https://docs.lab.example/tt/")
+    assert ran.returncode == 0, ran.stderr
+    rules = yaml.safe_load((tmp_path / "tt-appliance-rules.yml").read_text())["groups"][0]["rules"]
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for r in rules}
+    assert urls["ApplianceKvNearFull"] == "https://docs.lab.example/tt/operations/alerts/appliance-kv-near-full/"
+    refused = cli(*flags, "--out", str(tmp_path / "no"), "--docs-url", "docs/")
+    assert refused.returncode == 2 and not (tmp_path / "no").exists()
+    assert refused.stderr.strip() == (
+        "error[alert-option] --docs-url: 'docs/' is not an http(s) URL. Pass --docs-url "
+        "https://tt-appliance.invalid/docs/ or where your site serves the docs"
+    )

@@ -92,5 +92,5 @@ def register(command: Command) -> None:
     check.add_argument("--no-probe", dest="probe", action="store_false",
                        help="skip asking the engine's own config code (engine.config)")  # fmt: skip
     record = command("api-contract", _cmd_api_contract)
-    record.add_argument("--engine-url", default="http://127.0.0.1:8000")
+    record.add_argument("--engine-url", default="http://127.0.0.1:8000", help="the running engine to record")
     record.add_argument("--out", type=Path, help="write it here (e.g. build/openapi-contract.json)")

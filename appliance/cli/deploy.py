@@ -156,7 +156,7 @@ def _render_watch(args: argparse.Namespace) -> int:
         raise _missing("--credentials-dir", "Prometheus reads each appliance's token from a file named after its "
                        "token_env there (mode 0600)")  # fmt: skip
     options = AlertOptions(**{f.name: getattr(args, f.name) for f in fields(AlertOptions)})
-    files = render_prometheus(site, entries, args.credentials_dir, options, str(args.site_file))
+    files = render_prometheus(site, entries, args.credentials_dir, options, str(args.site_file), args.docs_url)
     return _emit(args.out, {"prometheus.yml": files.config, RULES_FILE: files.rules})
 
 
@@ -219,11 +219,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _watch_arguments(render: argparse.ArgumentParser) -> None:
-    from appliance.deploy.prometheus import AlertOptions
+    from appliance.deploy.prometheus import DOCS_URL, AlertOptions
 
     render.add_argument("--site-file", type=Path, help="ansible, prometheus, grafana: the site's appliances (YAML)")
     render.add_argument("--job", help="prometheus, grafana: the site's job name (default: the site file's name)")
     render.add_argument("--credentials-dir", type=Path, help="prometheus: a file per token_env holding its token")
+    render.add_argument("--docs-url", default=DOCS_URL, help="prometheus: where the site serves this documentation; "
+                        "each alert's runbook_url points into it (`make docs` builds it)")  # fmt: skip
     for item in fields(AlertOptions):
         default = item.default
         render.add_argument(f"--{item.name.replace('_', '-')}", type=type(default), default=default,
@@ -236,9 +238,9 @@ def register(command: Command) -> None:
     build.add_argument("--dry-run", action="store_true", help="print every step without running it")
     build.add_argument("--check-upgrade", metavar="vllm=X", help="what moving the tt engine's vLLM pin would break")
     manifest = command("manifest", _cmd_manifest)
-    manifest.add_argument("--json", action="store_true")
+    manifest.add_argument("--json", action="store_true", help="machine-readable output")
     render = command("render", _cmd_render)
-    render.add_argument("kind", choices=("k8s", "systemd", "ansible", "prometheus", "grafana"))
+    render.add_argument("kind", choices=("k8s", "systemd", "ansible", "prometheus", "grafana"), help="what to render")
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
     image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
@@ -246,11 +248,11 @@ def register(command: Command) -> None:
     render.add_argument("--replicas", type=int, default=1, choices=range(1, 65), metavar="N",
                         help="k8s: appliances in the Deployment (1-64), rolled one at a time")  # fmt: skip
     render.add_argument("--gates", type=Path, help="k8s: a gate file; each new pod is ready only once it passed "
-                        "these gates (`serve --gates`, README, Upgrades)")  # fmt: skip
+                        "these gates (`serve --gates`; docs: Generations and upgrades)")  # fmt: skip
     _watch_arguments(render)
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")
         cmd.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     sites = command("sites", _cmd_sites)
-    sites.add_argument("--site-dir", type=Path, default=None)
-    sites.add_argument("--json", action="store_true")
+    sites.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
+    sites.add_argument("--json", action="store_true", help="machine-readable output")

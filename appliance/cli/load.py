@@ -114,5 +114,5 @@ def register(command: Command) -> None:
     load.add_argument("--label", help="name of this run in reports")
     load.add_argument("--out", type=Path, help="report directory (default loadtest-<workload>-<time>)")
     compare = command("compare", _cmd_compare)
-    compare.add_argument("reports", nargs=2, type=Path, metavar="REPORT.json")
+    compare.add_argument("reports", nargs=2, type=Path, metavar="REPORT.json", help="two load reports (report.json)")
     compare.add_argument("--out", type=Path, help="directory for report.md and plots")

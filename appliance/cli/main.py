@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from appliance.errors import ApiError, ApplianceError, ConfigError, EngineError, LaunchError
 
-__all__ = ["COMMANDS", "main", "script"]
+__all__ = ["COMMANDS", "command_parser", "main", "script"]
 
 _EXIT = {ConfigError: 2, LaunchError: 3, EngineError: 4, ApiError: 4}
 
@@ -32,7 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "console": ("console", "live operator console (Textual) for one appliance or a site"),
     "build": ("deploy", "build an engine environment from its pins, then write its manifest"),
     "manifest": ("deploy", "the engine environment: pins vs installed, config hash, host"),
-    "render": ("deploy", "deployment files for one config: k8s manifests or a systemd unit"),
+    "render": (
+        "deploy",
+        "deployment files: k8s manifests, a systemd unit, a site's Ansible roll, Prometheus rules or "
+        "its Grafana dashboard",
+    ),
     "sites": ("deploy", "list sites with their effective overrides"),
     "gateway": ("gateway", "front a site's appliances with HAProxy (readiness-gated)"),
     "check": ("check", "host preflight and the five-point pilot checklist, with a report"),
@@ -70,6 +74,14 @@ def script() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command: `argv`, or the process's arguments."""
     return _run(_parse(argv))
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser `appliance <name>` runs with, its flags registered by the command's module (the docs read it)."""
+    parser = _parser(name)
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found: argparse.ArgumentParser = sub.choices[name]
+    return found
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

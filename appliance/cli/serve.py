@@ -267,13 +267,14 @@ def register(command: Command) -> None:
     serve.add_argument("--no-probe", dest="probe", action="store_false",
                        help="boot without asking the engine's config code first")  # fmt: skip
     serve.add_argument("--gates", type=Path, help="hold this boot out of rotation until it passes these gates "
-                       "against their recorded baseline (a Kubernetes rollout's gate; README, Upgrades)")  # fmt: skip
+                       "against their recorded baseline (a Kubernetes rollout's gate; docs: Generations and "
+                       "upgrades)")  # fmt: skip
     status = command("status", _cmd_status)
     drain = command("drain", _cmd_drain)
     for cmd in (status, drain):
-        cmd.add_argument("--url", default="http://127.0.0.1:8100")
-        cmd.add_argument("--token-env", default="APPLIANCE_TOKEN")
+        cmd.add_argument("--url", default="http://127.0.0.1:8100", help="the appliance's control API")
+        cmd.add_argument("--token-env", default="APPLIANCE_TOKEN", help="env var holding the control API token")
         cmd.add_argument("--token-file", help="token file that `serve` printed")
         cmd.add_argument("--ca-file", help="CA bundle that verifies an https control API (control.tls)")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
     drain.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the engine to stop (default: none)")

@@ -153,7 +153,7 @@ def register(command: Command) -> None:
     cmd = command("upgrade", _cmd_upgrade)
     cmd.add_argument("overrides", nargs="*", help="what changes, as Hydra overrides on the serving generation's")
     cmd.add_argument("--url", default="http://127.0.0.1:8100", help="the appliance's control API")
-    cmd.add_argument("--token-env", default="APPLIANCE_TOKEN")
+    cmd.add_argument("--token-env", default="APPLIANCE_TOKEN", help="env var holding the control API token")
     cmd.add_argument("--token-file", help="token file that `serve` printed")
     cmd.add_argument("--ca-file", help="CA bundle that verifies an https control API (control.tls)")
     cmd.add_argument("--build-dir", type=Path, help="new engine pins: a build/ directory whose recipe is built "
@@ -162,7 +162,7 @@ def register(command: Command) -> None:
                      "the recorded state that targets vLLM X (default: the serving generation's)")  # fmt: skip
     cmd.add_argument("--check", action="store_true", help="judge the change only; change nothing")
     cmd.add_argument("--json", action="store_true", help="the final upgrade record as JSON")
-    gates = cmd.add_argument_group("gates (each has a default and a range; see README, Upgrades)")
+    gates = cmd.add_argument_group("gates (each has a default and a range; see the docs, Generations and upgrades)")
     gates.add_argument("--ready-s", type=float, help="boot budget (default: the new plan's ready_timeout_s)")
     gates.add_argument("--eval-tolerance", type=float, help="accuracy points the eval may lose (0-1, default 0.1)")
     gates.add_argument("--eval-set", help="evaluation set file (default build/eval/basic.yaml)")

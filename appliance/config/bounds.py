@@ -42,3 +42,13 @@ class Bound:
 
             yield from StringConstraints(pattern=self._pattern)
         yield from annotated_types.Interval(**self._interval)
+
+    def __str__(self) -> str:
+        """The limits as an operator reads them (the config reference shows this): `≥ 1, ≤ 65535`."""
+        signs = {"ge": "≥", "gt": ">", "le": "≤"}
+        parts = [f"{signs[name]} {limit:g}" for name, limit in self._interval.items()]
+        if self._min_length is not None:
+            parts.append("non-empty" if self._min_length == 1 else f"at least {self._min_length} characters")
+        if self._pattern is not None:
+            parts.append(f"matches `{self._pattern}`")
+        return ", ".join(parts)

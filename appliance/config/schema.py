@@ -1,6 +1,6 @@
 """Typed, immutable config: the shape every Hydra composition is parsed into.
 
-The attribute docstrings are the config reference (the README's Configuration tables follow them),
+The attribute docstrings are the config reference (the docs build generates its config reference page from them),
 so they say what a key means to an operator, not how the code uses it.
 """
 
@@ -106,7 +106,7 @@ class PrecisionConfig:
 
 @dataclass(frozen=True, slots=True)
 class HostShare:
-    """The engine's bounded share of the host's CPU, so the control plane answers first (README, The host stays
+    """The engine's bounded share of the host's CPU, so the control plane answers first (docs: The host stays
     operable)."""
 
     __pydantic_config__ = _STRICT

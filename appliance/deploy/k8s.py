@@ -274,7 +274,7 @@ def _volumes(name: str, plan: LaunchPlan, gated: bool) -> list[dict[str, Any]]:
         _secret_volume(name, plan),
         # Tensor caches take up to an hour to build: keep them on the node across pod restarts. fsGroup
         # does not reach a hostPath and kubelet would create a missing one root-owned: the node's
-        # directory must exist, writable by uid 10001 (README, Builds and deployment).
+        # directory must exist, writable by uid 10001 (docs: guides/builds-and-deployment.md).
         {"name": "cache", "hostPath": {"path": f"/var/lib/tt-appliance/{name}", "type": "Directory"}},
         {"name": "state", "emptyDir": {}},
         {"name": "logs", "emptyDir": {}},

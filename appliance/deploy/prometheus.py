@@ -31,9 +31,12 @@ from appliance.observe.alerts import KV_ALERT
 from appliance.preflight.workload_fit import INTERRUPT_WARN
 from appliance.runtime.boot_record import SLOW_FACTOR
 
-__all__ = ["AlertOptions", "PrometheusFiles", "render_prometheus"]
+__all__ = ["DOCS_URL", "AlertOptions", "PrometheusFiles", "render_prometheus", "runbook_path"]
 
 RULES_FILE = "tt-appliance-rules.yml"
+DOCS_URL = "https://tt-appliance.invalid/docs/"
+"""Where the documentation site is served (mkdocs.yml's site_url): each alert's `runbook_url` points into it. A site
+that serves its own copy (`make docs` builds it) passes `--docs-url`."""
 _DURATION = re.compile(r"(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
 """Prometheus's duration syntax (model.ParseDuration): units from years to milliseconds, largest first."""
 
@@ -81,10 +84,15 @@ def render_prometheus(
     credentials_dir: Path,
     options: AlertOptions = AlertOptions(),
     source: str = "site file",
+    docs_url: str = DOCS_URL,
 ) -> PrometheusFiles:
     """The scrape config and alert rules of one site; ConfigError naming the entry (of the file `source`) or the
     credentials file otherwise."""
     _check(options)
+    docs = urlsplit(docs_url)
+    if docs.scheme not in ("http", "https") or not docs.netloc:
+        raise ConfigError((Problem("alert-option", "--docs-url", f"{docs_url!r} is not an http(s) URL",
+                                   f"Pass --docs-url {DOCS_URL} or where your site serves the docs"),))  # fmt: skip
     groups: dict[tuple[str, str, str, str | None], list[dict[str, Any]]] = {}
     for entry in entries:
         url = urlsplit(entry.url)
@@ -108,9 +116,18 @@ def render_prometheus(
         "scrape_configs": scrapes,
     }
     head = f"# Rendered by `appliance render prometheus` for site {site}; tokens are read from files, never held.\n"
-    boards = {"name": f"tt-appliance-{site}-boards", "rules": board_alerts(
-        site, options, bool(exporters))}  # fmt: skip
-    return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": [_rules(site, options), boards]}))
+    rules = _rules(site, options)
+    board_rules = board_alerts(site, options, bool(exporters))
+    for rule in [*rules["rules"], *board_rules]:
+        rule["annotations"]["runbook_url"] = docs_url.rstrip("/") + "/" + runbook_path(rule["alert"])
+    boards = {"name": f"tt-appliance-{site}-boards", "rules": board_rules}
+    return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": [rules, boards]}))
+
+
+def runbook_path(alert: str) -> str:
+    """The alert's runbook page in the documentation site: `ApplianceNotReady` -> operations/alerts/appliance-not-
+    ready/ (docs/operations/alerts/appliance-not-ready.md)."""
+    return "operations/alerts/" + re.sub(r"(?<!^)(?=[A-Z])", "-", alert).lower() + "/"
 
 
 def _exporters(site: str, entries: Sequence[Appliance]) -> list[dict[str, Any]]:

@@ -424,8 +424,8 @@ class EngineSupervisor:
             self._drain_cancelled = 0 if self._drained.is_set() else in_flight.last
             if self._drain_cancelled:
                 log.warning("%s: the drain deadline (%.0fs) cancelled %d requests still in flight; size "
-                            "supervisor.shutdown_timeout_s to them (README: Sizing the drain deadline)", self.name,
-                            sup.shutdown_timeout_s, self._drain_cancelled)  # fmt: skip
+                            "supervisor.shutdown_timeout_s to them (docs: Reliability, Sizing the drain deadline)",
+                            self.name, sup.shutdown_timeout_s, self._drain_cancelled)  # fmt: skip
             await asyncio.wait({exited}, timeout=sup.stop_grace_s)
             exited.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):
