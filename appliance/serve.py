@@ -77,8 +77,10 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
             "Serve the embedded CPU default with `appliance serve`, or run this config on a TT host."
         )
     launch = launch_checks(plan, os.environ, devices=bool(host.boards))
-    if launch.problems:
-        raise ConfigError(launch.problems)
+    if launch.errors:
+        raise ConfigError(launch.errors)
+    for warning in launch.problems:
+        log.warning("%s", warning.render())
 
 
 def ensure_model(plan: LaunchPlan, console: Console | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -119,3 +120,23 @@ def test_the_host_only_names_are_the_host_checks_that_serve_runs() -> None:
     validated = validate(compose_config(["+model=llama", "mesh=t3k"]), load_matrix())
     ran = host_checks(HostCheckInput(validated, build_plan(validated), discover_host()))
     assert tuple(result.id for result in ran) == HOST_CHECKS
+
+
+def test_a_port_a_dead_appliance_left_held_only_warns_as_its_engine_frees_it(
+    cli: Cli, tmp_path: Path, held_port: int
+) -> None:
+    """What systemd's Restart= meets after a SIGKILL: the dead appliance's engine still stops on the port. The lock
+    record names a pid that no longer runs: a warning, and serve would go on (tests/test_upgrade_fleet.py restarts
+    a killed appliance so)."""
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / f"port-{held_port}.owner").write_text(f"pid {_exited_pid()}, site default, tiny\n")
+    done = cli("validate", f"serving.port={held_port}", f"paths.state_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"warning[port-in-use] serving.port: 127.0.0.1:{held_port} is still held, by what an ")
+
+
+def _exited_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

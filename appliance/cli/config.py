@@ -96,11 +96,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     validated = validated_for(args, load_matrix(), args.probe)
     plan = build_plan(validated)
     launch = _launch(validated)
-    if launch.problems:
+    for problem in launch.problems:
+        err.print(problem.render(), markup=False)
+    if launch.errors:
         if args.json:
             out.print_json(data=findings(launch.problems, fit_of(launch.problems)))
-        for problem in launch.problems:
-            err.print(problem.render(), markup=False)
         return 2
     verdict = _probe(plan) if args.probe else None
     if args.json:

@@ -59,7 +59,7 @@ def refuse_launch(plan: HostPlan, host: HostFacts) -> None:
     from appliance.preflight.launch import launch_checks
 
     devices = bool(host.boards)
-    found = [p for slot in plan.slots for p in launch_checks(slot.plan, os.environ, devices=devices).problems]
+    found = [p for slot in plan.slots for p in launch_checks(slot.plan, os.environ, devices=devices).errors]
     if found:
         raise ConfigError(tuple(dict.fromkeys(found)))  # the slots share the control port: said once
 

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from appliance.errors import ConfigError, Problem
 from appliance.host.share import BIND, engine_cores
 from appliance.plan import LaunchPlan
@@ -59,6 +61,11 @@ class LaunchChecks:
     host_only: tuple[str, ...]
     """What could not be judged on this machine, by name: each runs on the host (`serve`, `appliance check`)."""
 
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        """The refusals (the rest are warnings: a port a dead appliance's engine still frees)."""
+        return tuple(p for p in self.problems if p.severity == "error")
+
 
 def launch_checks(plan: LaunchPlan, environ: Mapping[str, str], *, devices: bool) -> LaunchChecks:
     """The pre-boot refusals of `plan` on this machine; `devices`: whether Tenstorrent devices are here."""
@@ -72,19 +79,19 @@ def launch_checks(plan: LaunchPlan, environ: Mapping[str, str], *, devices: bool
 
 
 def launch_check(plan: LaunchPlan, environ: Mapping[str, str], *, devices: bool) -> CheckResult:
-    """The same checks as one of `appliance check`'s results. A port held by an appliance only warns there: `check`
-    is run beside a serving appliance, whose own ports those are."""
+    """The same checks as one of `appliance check`'s results. `check` runs beside the appliance it checks, so a
+    port an appliance's lock record says it holds is that appliance's, not a refusal."""
     title = "What serve needs before boot (files, paths, ports, secrets, cores)"
-    found = launch_checks(plan, environ, devices=devices)
     if plan.engine == "tt" and not devices:
         return check("host.launch", title, "unknown", "not judged: no Tenstorrent devices here",
                      "Run it on the TT host", blocking=True)  # fmt: skip
-    if not found.problems:
-        return check("host.launch", title, "pass", "serve would refuse nothing here", blocking=True)
-    serving = all(p.code == "port-in-use" and "held by an appliance" in p.message for p in found.problems)
-    return check("host.launch", title, "warn" if serving else "fail", "; ".join(p.render() for p in found.problems),
-                 "" if serving else found.problems[0].fix, blocking=True,
-                 codes=[p.code for p in found.problems])  # fmt: skip
+    found = launch_checks(plan, environ, devices=devices).errors
+    refused = [p for p in found if not (p.code == "port-in-use" and "held by an appliance" in p.message)]
+    if refused:
+        return check("host.launch", title, "fail", "; ".join(p.render() for p in refused), refused[0].fix,
+                     blocking=True, codes=[p.code for p in refused])  # fmt: skip
+    held = f" (ports held by the appliance: {', '.join(p.key for p in found)})" if found else ""
+    return check("host.launch", title, "pass", "serve would refuse nothing here" + held, blocking=True)
 
 
 def _cores(plan: LaunchPlan) -> Iterator[Problem]:
@@ -137,7 +144,15 @@ def _ports(plan: LaunchPlan) -> Iterator[Problem]:
         reason = _bind_refusal(host, port)
         if reason is None:
             continue
-        holder = _lock_holder(Path(plan.state_dir), port)
+        record = _lock_record(Path(plan.state_dir), port)
+        if record is not None and not _alive(record):
+            # An appliance that died (SIGKILL, a crash) leaves its engine stopping for a while (PR_SET_PDEATHSIG
+            # sends it SIGTERM): the port frees by itself, as systemd's Restart= expects. Not a refusal.
+            yield Problem("port-in-use", key, f"{host}:{port} is still held, by what an appliance that exited left "
+                          f"({record}): its engine is stopping", "serve goes on; the engine binds the port once it is "
+                          "free", "warning")  # fmt: skip
+            continue
+        holder = f", held by an appliance ({record})" if record is not None else ""
         free = _free_port(host, port, taken)
         taken.add(free)
         yield Problem("port-in-use", key, f"{host}:{port} cannot be bound: {reason}{holder}",
@@ -165,13 +180,18 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _lock_holder(state_dir: Path, port: int) -> str:
-    """ ", held by <the appliance serve's lock record names>" when an appliance's record of the port is there."""
-    record = state_dir / "locks" / f"port-{port}.owner"
+def _lock_record(state_dir: Path, port: int) -> str | None:
+    """What the lock record of `port` says ("pid N, site S, checkpoint"), written by the appliance that took it."""
     try:
-        return f", held by an appliance ({record.read_text().strip()})"
+        return (state_dir / "locks" / f"port-{port}.owner").read_text().strip()
     except OSError:
-        return ""
+        return None
+
+
+def _alive(record: str) -> bool:
+    """Whether the appliance a lock record names still runs (its pid, the record's first words)."""
+    pid = record.removeprefix("pid ").partition(",")[0]
+    return pid.isdigit() and psutil.pid_exists(int(pid))
 
 
 def _free_port(host: str, port: int, taken: set[int]) -> int:
