@@ -153,10 +153,14 @@ def _ports(plan: LaunchPlan) -> Iterator[Problem]:
                           "free", "warning")  # fmt: skip
             continue
         holder = f", held by an appliance ({record})" if record is not None else ""
+        message = f"{host}:{port} cannot be bound: {reason}{holder}"
         free = _free_port(host, port, taken)
+        if free is None:
+            yield Problem("port-in-use", key, message, f"Stop what holds it, or set {key} to a free port")
+            continue
         taken.add(free)
-        yield Problem("port-in-use", key, f"{host}:{port} cannot be bound: {reason}{holder}",
-                      f"Stop what holds it, or set {key}={free}", change=(f"{key}={free}",))  # fmt: skip
+        yield Problem("port-in-use", key, message, f"Stop what holds it, or set {key}={free}",
+                      change=(f"{key}={free}",))  # fmt: skip
 
 
 def _bind_refusal(host: str, port: int) -> str | None:
@@ -194,15 +198,16 @@ def _alive(record: str) -> bool:
     return pid.isdigit() and psutil.pid_exists(int(pid))
 
 
-def _free_port(host: str, port: int, taken: set[int]) -> int:
-    """The next port above `port` that binds and that the config does not use already (the fix to suggest)."""
-    return next(p for p in range(port + 1, min(port + _PORT_SEARCH, 65535) + 1)
-                if p not in taken and _bind_refusal(host, p) is None)  # fmt: skip
+def _free_port(host: str, port: int, taken: set[int]) -> int | None:
+    """The next port above `port` that binds and that the config does not use already (the fix to suggest); None
+    when the next ones are all taken."""
+    return next((p for p in range(port + 1, min(port + _PORT_SEARCH, 65535) + 1)
+                 if p not in taken and _bind_refusal(host, p) is None), None)  # fmt: skip
 
 
 def _secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> Iterator[Problem]:
-    """Each secret the config names must be set (or mounted as a file: `serve`'s APPLIANCE_SECRETS_DIR); its value
-    is never read here."""
+    """Each secret the config names must be set (or mounted as a file: `serve`'s APPLIANCE_SECRETS_DIR); only its
+    presence is judged, and no message shows its value."""
     present = {**secrets_from_dir(environ), **environ}
     for target, source in plan.secret_env.items():
         if target in _OPTIONAL_SECRETS or present.get(source):
