@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterable
 
+from appliance.markdown import table
 from docsgen import DocsError
 
 __all__ = ["cli_page"]
@@ -24,11 +25,11 @@ def _command(name: str, parser: argparse.ArgumentParser) -> list[str]:
         raise DocsError(f"command `appliance {name}` has no help text: give it one in appliance/cli/main.py COMMANDS")
     usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
     rows = [_row(name, action) for action in parser._actions if not isinstance(action, argparse._HelpAction)]
-    table = ["| argument | default | meaning |", "|---|---|---|", *rows] if rows else ["(no arguments)"]
-    return [f"## appliance {name}", "", parser.description, "", "```text", usage, "```", "", *table, ""]
+    arguments = table(("argument", "default", "meaning"), rows) if rows else "(no arguments)"
+    return [f"## appliance {name}", "", parser.description, "", "```text", usage, "```", "", arguments, ""]
 
 
-def _row(command: str, action: argparse.Action) -> str:
+def _row(command: str, action: argparse.Action) -> tuple[str, str, str]:
     flag = ", ".join(action.option_strings) or (action.metavar if isinstance(action.metavar, str) else action.dest)
     if not action.help or action.help == argparse.SUPPRESS:
         raise DocsError(f"`appliance {command} {flag}` has no help text: pass help= where it is added")
@@ -38,8 +39,4 @@ def _row(command: str, action: argparse.Action) -> str:
         flag += " {" + ",".join(map(str, action.choices)) + "}"
     switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
     default = "" if switch or action.default in (None, argparse.SUPPRESS) else f"`{action.default}`"
-    return f"| `{flag}` | {default} | {_cell(action.help)} |"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return f"`{flag}`", default, action.help

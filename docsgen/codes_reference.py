@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.markdown import table
+
 __all__ = ["Code", "codes_page", "find_codes"]
 
 
@@ -42,12 +44,10 @@ def find_codes(package: Path) -> tuple[Code, ...]:
 def codes_page(codes: tuple[Code, ...]) -> str:
     lines = ["# Every validation code", "", "Generated at build time from the code: each `error[code]` / "
              "`warning[code]` an operator can meet, where it is made and the key it names. What each means, grouped, "
-             "is in [Validation and the fit](../concepts/validation.md).", "",
-             "| code | severity | key | message | made at |", "|---|---|---|---|---|"]  # fmt: skip
-    for c in codes:
-        key = f"`{c.key}`" if c.key else ""
-        lines.append(f"| `{c.code}` | {c.severity} | {key} | {_cell(c.message)} | `{c.where}` |")
-    return "\n".join(lines) + "\n"
+             "is in [Validation and the fit](../concepts/validation.md).", ""]  # fmt: skip
+    rows = [(f"`{c.code}`", c.severity, f"`{c.key}`" if c.key else "", _brief(c.message), f"`{c.where}`")
+            for c in codes]  # fmt: skip
+    return "\n".join([*lines, table(("code", "severity", "key", "message", "made at"), rows)]) + "\n"
 
 
 def _code_helpers(tree: ast.Module) -> Iterator[str]:
@@ -83,7 +83,7 @@ def _text(node: ast.expr | None) -> str | None:
     return None
 
 
-def _cell(text: str) -> str:
-    """A table cell: pipes escaped, at most about a line of text."""
-    text = " ".join(text.split()).replace("|", "\\|")
+def _brief(text: str) -> str:
+    """At most about a line of text, for a table cell."""
+    text = " ".join(text.split())
     return text if len(text) <= 140 else text[:139] + "…"

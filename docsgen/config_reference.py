@@ -15,6 +15,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal, Union
 
+from appliance.markdown import table
 from docsgen import DocsError
 
 __all__ = ["config_page", "docstrings"]
@@ -32,11 +33,9 @@ def config_page(root: type, embedded: Mapping[str, object], options: Mapping[str
         if section in options:
             choices = ", ".join(f"`{section}={o}`" for o in options[section])
             lines += [f"A config group: one of {choices} (`conf/{section}/`) sets these keys.", ""]
-        lines += ["| key | type and range | default | embedded | description |", "|---|---|---|---|---|"]
-        for key, hint, default, text in rows:
-            value = f"`{embedded[key]}`" if key in embedded else ""
-            lines.append(f"| `{key}` | {_cell(_type(hint))} | {default} | {_cell(value)} | {_cell(text)} |")
-        lines.append("")
+        cells = [(f"`{key}`", _type(hint), default, f"`{embedded[key]}`" if key in embedded else "", text)
+                 for key, hint, default, text in rows]  # fmt: skip
+        lines += [table(("key", "type and range", "default", "embedded", "description"), cells), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -132,7 +131,3 @@ def _type(hint: Any, inner: bool = False) -> str:
 
 def _is_union(hint: Any) -> bool:
     return typing.get_origin(hint) in (Union, types.UnionType)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.markdown import table
+
 __all__ = ["Series", "find_series", "metrics_page"]
 
 _KINDS = {
@@ -39,12 +41,9 @@ def find_series(module: Path) -> tuple[Series, ...]:
 def metrics_page(series: tuple[Series, ...]) -> str:
     lines = ["# Every metric", "", "Generated at build time from `appliance/control/metrics.py`: the appliance's own "
              "series on the control API's `GET /metrics` (bearer token). What a site alerts on and plots is in "
-             "[Prometheus and Grafana](../guides/prometheus-grafana.md).", "",
-             "| series | type | labels | meaning |", "|---|---|---|---|"]  # fmt: skip
-    for s in series:
-        labels = ", ".join(f"`{label}`" for label in s.labels)
-        lines.append(f"| `{s.name}` | {s.kind} | {labels} | {s.help} |")
-    return "\n".join(lines) + "\n"
+             "[Prometheus and Grafana](../guides/prometheus-grafana.md).", ""]  # fmt: skip
+    rows = [(f"`{s.name}`", s.kind, ", ".join(f"`{label}`" for label in s.labels), s.help) for s in series]
+    return "\n".join([*lines, table(("series", "type", "labels", "meaning"), rows)]) + "\n"
 
 
 def _declared(tree: ast.Module) -> Iterator[tuple[int, Series]]:
