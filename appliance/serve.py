@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 RECIPES = {
     "tiny-llama": build_dir() / "models" / "make_tiny_model.py",
     "smollm2-135m-instruct": build_dir() / "models" / "convert_smollm2.py",
+    "tiny-qwen2.5-vl": build_dir() / "models" / "make_tiny_vl.py",
 }
 _EXIT_FOR_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 

@@ -62,6 +62,12 @@ RESTARTABLE_EXTRA = (
     "supervisor.deregister_s=2",
 )
 
+VISION_EXTRA = (
+    'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--dtype,float32]',
+    "engine.env.VLLM_CPU_OMP_THREADS_BIND=1",
+)
+"""The vision appliance: the read-only one's engine settings, on the same core (the two never carry load at once)."""
+
 
 @dataclass
 class Served:

@@ -2,8 +2,8 @@
 gate, the engine tier's shared appliances, and the command line run in-process.
 
 The engine gate: a test belongs to the engine tier when it uses the `cpu_engine` or `ttnn_engine`
-fixture, directly or through `shared_appliance`, `restartable_appliance` or `sigtermed`, or is marked
-`engine` by hand (a command that runs an engine's interpreter). It gets the `engine` marker, so
+fixture, directly or through `shared_appliance`, `restartable_appliance`, `vision_appliance` or `sigtermed`, or is
+marked `engine` by hand (a command that runs an engine's interpreter). It gets the `engine` marker, so
 `-m "not engine"` is the fast tier, and is skipped, with one reason, where the environment it needs
 is not built.
 """
@@ -25,6 +25,7 @@ from .appliance_process import (
     READ_ONLY_EXTRA,
     RESTARTABLE_EXTRA,
     ROOT,
+    VISION_EXTRA,
     Served,
     revive,
     running_appliance,
@@ -53,7 +54,8 @@ TTNN_GATE = EngineGate("ttnn_engine", ROOT / ".engines" / "ttnn" / ".appliance-e
                        "the ttnn environment is not built (make engine-ttnn)")  # fmt: skip
 
 
-SHARED = {"shared_appliance": "appliance pair", "restartable_appliance": "appliance pair", "sigtermed": "sigtermed"}
+SHARED = {"shared_appliance": "appliance pair", "restartable_appliance": "appliance pair", "sigtermed": "sigtermed",
+          "vision_appliance": "vision"}  # fmt: skip
 """The session's shared appliances and their xdist groups: under pytest-xdist (`--dist loadgroup`)
 the tests of a group run on one worker, so each appliance is booted once, not once per worker. The
 read-only and the restartable appliance form one group: the gateway test stands them side by side."""
@@ -117,6 +119,15 @@ def shared_appliance(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory)
     workdir.mkdir()
     (workdir / "re.py").write_text('raise ImportError("the stray re.py in the working directory was imported")\n')
     with running_appliance(tmp, *READ_ONLY_EXTRA, cwd=workdir) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def vision_appliance(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One `appliance serve model=tiny_vl` (the embedded vision model, built by serve's own recipe step) for
+    every test that sends images: read-only, like `shared_appliance`."""
+    tmp = tmp_path_factory.mktemp("vision")
+    with running_appliance(tmp, *VISION_EXTRA, model="tiny_vl") as served:
         yield served
 
 

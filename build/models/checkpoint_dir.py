@@ -2,18 +2,22 @@
 atomic swap of a freshly built folder onto the served one.
 
 The recipes run in the engine's interpreter, beside this file (a script's own folder is first on
-its import path); this module needs nothing beyond the standard library.
+its import path); this module needs nothing beyond the standard library and PyYAML (both in every engine).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -22,6 +26,7 @@ __all__ = [
     "content_hash",
     "ensure_checkpoint",
     "file_sha256",
+    "generated_main",
     "write_json",
 ]
 
@@ -86,6 +91,29 @@ def ensure_checkpoint(out: Path, expect: str, build: Callable[[], str]) -> tuple
     if out.is_dir() and content_hash(out) == expect:
         return expect, False
     return build(), True
+
+
+def generated_main(record: Path, writer: Callable[[], Callable[[Path], None]], what: str,
+                   argv: list[str] | None = None) -> int:  # fmt: skip
+    """A generated model's recipe: check `--out` against `record`'s `built_sha256`, or build it with `writer()`.
+
+    `writer` is called only when a build is due, so a check imports nothing heavy (torch and tokenizers load
+    with the writer's module). Prints the folder with its hash and whether it was built; one line and exit 1
+    when a build does not reproduce the recorded hash.
+    """
+    parser = argparse.ArgumentParser(description=f"Check, or build, {what}.")
+    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to check or (re)build")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    expect = yaml.safe_load(record.read_text(encoding="utf-8"))["built_sha256"]
+    try:
+        digest, built = ensure_checkpoint(out, expect, lambda: build_into(out, writer(), expect=expect))
+    except BuildMismatch as err:
+        print(f"the build produced {err.digest}, but {record} records built_sha256 {expect}; if the cpu "
+              "engine's pins changed on purpose, record the new hash", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"{args.out} {digest} {'built' if built else 'intact'}")
+    return 0
 
 
 class BuildMismatch(Exception):

@@ -11,39 +11,24 @@ made beside DIR and swapped in whole; one that does not reproduce the recorded h
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-from checkpoint_dir import BuildMismatch, build_into, ensure_checkpoint
-
-RECORD = Path(__file__).with_name("tiny.yaml")
+from checkpoint_dir import generated_main
 
 
-def build(out: Path, expect: str) -> str:
-    """Write the checkpoint into `out` (atomically); its content hash."""
+def writer() -> Callable[[Path], None]:
     import tiny_weights  # torch, tokenizers and safetensors: only when a build is due
 
-    return build_into(out, tiny_weights.write_seeded, expect=expect)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Check or build the folder; print it with its hash and whether it was built."""
-    parser = argparse.ArgumentParser(description="Check, or build, the tiny deterministic random-weight Llama.")
-    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to check or (re)build")
-    args = parser.parse_args(argv)
-    out = args.out.resolve()
-    expect = yaml.safe_load(RECORD.read_text(encoding="utf-8"))["built_sha256"]
-    try:
-        digest, built = ensure_checkpoint(out, expect, lambda: build(out, expect))
-    except BuildMismatch as err:
-        print(f"the build produced {err.digest}, but {RECORD} records built_sha256 {expect}; if the cpu "
-              "engine's pins changed on purpose, record the new hash", file=sys.stderr)  # fmt: skip
-        return 1
-    print(f"{args.out} {digest} {'built' if built else 'intact'}")
-    return 0
+    return tiny_weights.write_seeded
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        generated_main(
+            Path(__file__).with_name("tiny.yaml"),
+            writer,
+            "the tiny deterministic random-weight Llama",
+        )
+    )

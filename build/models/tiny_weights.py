@@ -107,19 +107,25 @@ CORPUS = [
 ]
 
 
-def build_tokenizer() -> Tokenizer:
-    """Train a byte-level BPE tokenizer on CORPUS (deterministic for a fixed corpus)."""
+def train_bpe(special_tokens: list[str]) -> Tokenizer:
+    """A byte-level BPE tokenizer trained on CORPUS with `special_tokens` first (deterministic)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=TARGET_VOCAB,
         min_frequency=1,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS, trainer=trainer)
+    return tok
+
+
+def build_tokenizer() -> Tokenizer:
+    """The tiny Llama's tokenizer: `train_bpe` with its special tokens, BOS added to every sequence."""
+    tok = train_bpe(SPECIAL_TOKENS)
     bos_id = tok.token_to_id(BOS)
     tok.post_processor = processors.Sequence(
         [
@@ -244,10 +250,15 @@ def write_checkpoint(directory: Path) -> None:
     save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
 
 
-def write_seeded(directory: Path) -> None:
-    """`write_checkpoint` with every generator seeded and torch deterministic on one thread."""
-    random.seed(SEED)
-    torch.manual_seed(SEED)
+def seeded(seed: int) -> None:
+    """Seed every generator and make torch deterministic on one thread, so two builds are byte-identical."""
+    random.seed(seed)
+    torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
+
+
+def write_seeded(directory: Path) -> None:
+    """`write_checkpoint` after `seeded`."""
+    seeded(SEED)
     write_checkpoint(directory)

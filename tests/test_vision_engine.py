@@ -1,0 +1,82 @@
+"""The embedded vision model served by the real CPU engine through `appliance serve model=tiny_vl`
+(`vision_appliance`): images in OpenAI chat requests become the prompt tokens the checkpoint's own processor
+predicts, and bad images get the engine's 4xx while the engine goes on serving.
+
+The model's weights are random (no registry package carries a vision model's weights: models/tiny_vl.yaml), so
+its answers are not judged; its processor and chat template are Qwen2.5-VL's real ones, recorded in
+build/models/tiny_vl.yaml, and the prediction is made by transformers' Qwen2_5_VLProcessor in the engine's
+interpreter (tests/engine_side/processor_tokens.py), not by a formula of this test's.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from appliance.plan import LaunchPlan
+
+from .appliance_process import MODEL, Served
+from .helpers import cpu_plan
+
+VISION_MODEL = "appliance/tiny-qwen2.5-vl"
+PREDICT = Path(__file__).parent / "engine_side" / "processor_tokens.py"
+
+
+def image_url(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), fmt: str = "PNG") -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def messages(*urls: str, text: str = "What colour is the square?") -> list[dict[str, Any]]:
+    parts = [{"type": "text", "text": text}, *({"type": "image_url", "image_url": {"url": u}} for u in urls)]
+    return [{"role": "user", "content": parts}]
+
+
+def chat(served: Served, msgs: list[dict[str, Any]], model: str = VISION_MODEL) -> httpx.Response:
+    body = {"model": model, "messages": msgs, "max_tokens": 4, "temperature": 0}
+    return httpx.post(f"{served.engine_url}/v1/chat/completions", json=body, timeout=300.0)
+
+
+def vision_plan(served: Served) -> LaunchPlan:
+    return cpu_plan(served.cache.parent, f"paths.cache_dir={served.cache}", model="tiny_vl")
+
+
+def predicted_tokens(plan: LaunchPlan, requests: list[list[dict[str, Any]]]) -> list[int]:
+    """The checkpoint's processor's count for each request, with the processor options the engine was given."""
+    argv = plan.argv
+    kwargs = argv[argv.index("--mm-processor-kwargs") + 1] if "--mm-processor-kwargs" in argv else "{}"
+    done = subprocess.run([plan.python, str(PREDICT), plan.model_path, kwargs], input=json.dumps(requests),
+                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    return list(json.loads(done.stdout))
+
+
+def test_images_of_different_sizes_cost_the_tokens_the_processor_predicts(vision_appliance: Served) -> None:
+    sizes = [(56, 56), (224, 224), (448, 308), (308, 448), (640, 480)]
+    requests = [messages(image_url(w, h)) for w, h in sizes]
+    requests.append(messages(image_url(56, 56), image_url(112, 112, (20, 20, 220), "JPEG")))  # two, PNG and JPEG
+    got = []
+    for request in requests:
+        reply = chat(vision_appliance, request)
+        assert reply.status_code == 200, reply.text
+        got.append(reply.json()["usage"]["prompt_tokens"])
+    assert got == predicted_tokens(vision_plan(vision_appliance), requests)
+    assert len(set(got[:2])) == 2 and got[2] == got[3]  # size matters, orientation does not (same patch count)
+
+
+def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(vision_appliance: Served,
+                                                                 shared_appliance: Served) -> None:  # fmt: skip
+    undecodable = chat(vision_appliance, messages("data:image/png;base64,AAAA"))
+    assert undecodable.status_code == 400 and "image" in undecodable.json()["error"]["message"].lower()
+    to_text_model = chat(shared_appliance, messages(image_url(56, 56)), model=MODEL)
+    assert 400 <= to_text_model.status_code < 500, to_text_model.text
+    assert chat(vision_appliance, messages(image_url(56, 56))).status_code == 200
+    assert chat(shared_appliance, messages(), model=MODEL).status_code == 200  # text: no image part
+    assert vision_appliance.state().state == shared_appliance.state().state == "ready"
