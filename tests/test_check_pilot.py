@@ -211,3 +211,18 @@ def test_removed_and_changed_endpoints_and_fields_break_clients_and_additions_do
         "POST /v1/chat/completions field `top_k`: also accepts string",
         "POST /v1/chat/completions field `priority_class`",
     )
+
+
+def test_the_contract_holds_the_image_content_part_and_a_change_to_it_breaks_clients() -> None:
+    recorded = load_contract(CONTRACT_FILE)
+    image = recorded.content_parts["image_url"]
+    assert image["image_url.url"].type == ("string",) and image["image_url.url"].required
+    document = json.loads(OPENAPI.read_text())
+    changed = copy.deepcopy(document)
+    schemas = changed["components"]["schemas"]
+    schemas["ImageURL"]["properties"]["url"] = {"type": "array", "items": {"type": "string"}}
+    del schemas["ChatCompletionContentPartTextParam"]
+    diff = diff_contract(recorded, contract_from_openapi(changed, "changed"))
+    assert diff.breaking
+    assert diff.removed == ("chat content part `text`",)
+    assert diff.changed == ("chat content part `image_url` field `image_url.url`: string -> array<string>",)

@@ -3,14 +3,17 @@
 A contract is recorded from a running engine's `/openapi.json` and kept under build/; a later
 engine (a new vLLM, or the TT plugin's build of it) is diffed against it before clients see it.
 Fields are compared one level deep, nested schemas by name: what a client sends is a request
-body's top-level fields, and a renamed nested schema shows up as a changed field type.
+body's top-level fields, and a renamed nested schema shows up as a changed field type. Chat messages are the
+exception: the content parts a client puts in them (text, and the images a vision appliance takes as base64
+`data:` URLs) are recorded by their `type`, with their fields and the fields of the object each one nests
+(`image_url.url`), since a part the engine stops accepting breaks clients as surely as a removed field.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from appliance.errors import ConfigError, EngineError, Problem
 from appliance.resources import build_dir
 
 __all__ = [
+    "CLIENT_CONTENT_PARTS",
     "CLIENT_ENDPOINTS",
     "CONTRACT_FILE",
     "ApiContract",
@@ -49,6 +53,8 @@ CLIENT_ENDPOINTS = (
     "POST /tokenize",
     "POST /detokenize",
 )
+# The chat content parts they send: text, and images (the load test's vision workload, the OpenAI SDK).
+CLIENT_CONTENT_PARTS = ("text", "image_url")
 _FORBID = ConfigDict(extra="forbid")
 
 
@@ -80,6 +86,8 @@ class ApiContract:
     """"METHOD /path" -> its request fields."""
     other_endpoints: tuple[str, ...] = ()
     """Endpoints the engine served outside the contract when it was recorded."""
+    content_parts: Mapping[str, Mapping[str, FieldSpec]] = field(default_factory=dict)
+    """A chat content part's `type` -> its fields, a nested object's as `image_url.url`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +132,12 @@ def contract_from_openapi(
     """The contract of `endpoints` in an OpenAPI document (endpoints it lacks are left out)."""
     served = dict(_operations(document))
     schemas = document.get("components", {}).get("schemas", {})
+    parts = dict(_content_parts(schemas))
     return ApiContract(
         source=source,
         endpoints={key: _endpoint(served[key], schemas) for key in endpoints if key in served},
         other_endpoints=tuple(sorted(k for k in served if k not in endpoints)),
+        content_parts={kind: parts[kind] for kind in CLIENT_CONTENT_PARTS if kind in parts},
     )
 
 
@@ -140,20 +150,33 @@ def diff_contract(recorded: ApiContract, live: ApiContract) -> ContractDiff:
         now = live.endpoints.get(key)
         if now is None:
             removed.append(f"{key} (endpoint)")
-            continue
-        for name, old in then.fields.items():
-            new = now.fields.get(name)
-            where = f"{key} field `{name}`"
-            if new is None:
-                removed.append(where)
-            elif not set(old.type) <= set(new.type):
-                changed.append(f"{where}: {'|'.join(old.type)} -> {'|'.join(new.type)}")
-            elif new.required and not old.required:
-                changed.append(f"{where}: now required")
-            elif new.type != old.type:
-                added.append(f"{where}: also accepts {'|'.join(sorted(set(new.type) - set(old.type)))}")
-        added += [f"{key} field `{n}`" for n in now.fields if n not in then.fields]
+        else:
+            _diff_fields(key, then.fields, now.fields, added, removed, changed)
+    for kind, fields in recorded.content_parts.items():
+        where = f"chat content part `{kind}`"
+        if kind not in live.content_parts:
+            removed.append(where)
+        else:
+            _diff_fields(where, fields, live.content_parts[kind], added, removed, changed)
+    added += [f"chat content part `{kind}`" for kind in live.content_parts if kind not in recorded.content_parts]
     return ContractDiff(tuple(added), tuple(removed), tuple(changed))
+
+
+def _diff_fields(where: str, then: Mapping[str, FieldSpec], now: Mapping[str, FieldSpec],
+                 added: list[str], removed: list[str], changed: list[str]) -> None:  # fmt: skip
+    """One endpoint's or content part's fields, recorded against live, into the three lists."""
+    for name, old in then.items():
+        new = now.get(name)
+        at = f"{where} field `{name}`"
+        if new is None:
+            removed.append(at)
+        elif not set(old.type) <= set(new.type):
+            changed.append(f"{at}: {'|'.join(old.type)} -> {'|'.join(new.type)}")
+        elif new.required and not old.required:
+            changed.append(f"{at}: now required")
+        elif new.type != old.type:
+            added.append(f"{at}: also accepts {'|'.join(sorted(set(new.type) - set(old.type)))}")
+    added += [f"{where} field `{n}`" for n in now if n not in then]
 
 
 def load_contract(path: Path = CONTRACT_FILE) -> ApiContract:
@@ -175,6 +198,27 @@ def _operations(document: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str,
     for path, methods in document.get("paths", {}).items():
         for method, operation in methods.items():
             yield f"{method.upper()} {path}", operation
+
+
+def _content_parts(schemas: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, FieldSpec]]]:
+    """Each chat content part schema (`ChatCompletionContentPart*`), keyed by its `type` constant."""
+    for name, schema in schemas.items():
+        kind = schema.get("properties", {}).get("type", {}).get("const")
+        if name.startswith("ChatCompletionContentPart") and isinstance(kind, str):
+            yield kind, _fields(schema, schemas)
+
+
+def _fields(schema: Mapping[str, Any], schemas: Mapping[str, Any]) -> dict[str, FieldSpec]:
+    """A part's fields, and one level into each object it nests by reference (`image_url.url`)."""
+    required = set(schema.get("required", ()))
+    found: dict[str, FieldSpec] = {}
+    for name, spec in schema.get("properties", {}).items():
+        found[name] = FieldSpec(tuple(sorted(_type(spec))), name in required)
+        nested = schemas.get(str(spec.get("$ref", "")).rsplit("/", 1)[-1], {})
+        inner = set(nested.get("required", ()))
+        for sub, sub_spec in nested.get("properties", {}).items():
+            found[f"{name}.{sub}"] = FieldSpec(tuple(sorted(_type(sub_spec))), sub in inner)
+    return found
 
 
 def _endpoint(operation: Mapping[str, Any], schemas: Mapping[str, Any]) -> Endpoint:
