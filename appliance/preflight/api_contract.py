@@ -11,9 +11,9 @@ exception: the content parts a client puts in them (text, and the images a visio
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ CLIENT_CONTENT_PARTS = ("text", "image_url")
 _FORBID = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class FieldSpec:
     __pydantic_config__ = _FORBID
 
@@ -67,7 +67,7 @@ class FieldSpec:
     required: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Endpoint:
     __pydantic_config__ = _FORBID
 
@@ -76,7 +76,7 @@ class Endpoint:
     fields: Mapping[str, FieldSpec]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ApiContract:
     __pydantic_config__ = _FORBID
 
@@ -86,11 +86,11 @@ class ApiContract:
     """"METHOD /path" -> its request fields."""
     other_endpoints: tuple[str, ...] = ()
     """Endpoints the engine served outside the contract when it was recorded."""
-    content_parts: Mapping[str, Mapping[str, FieldSpec]] = field(default_factory=dict)
+    content_parts: Mapping[str, Mapping[str, FieldSpec]] = dataclasses.field(default_factory=dict)
     """A chat content part's `type` -> its fields, a nested object's as `image_url.url`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ContractDiff:
     added: tuple[str, ...]
     removed: tuple[str, ...]
