@@ -64,6 +64,10 @@ class LaunchPlan:
     family: str
     checkpoint: str
     mesh: str
+    vision: bool
+    """The architecture takes images (the matrix's `vision`)."""
+    random_weights: bool
+    """The checkpoint's weights are noise (the matrix's `random_weights`): gates check serving, not answers."""
     control: ControlConfig
     supervisor: SupervisorConfig
     state_dir: str
@@ -135,6 +139,8 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         family=validated.family.family,
         checkpoint=cfg.model.checkpoint,
         mesh=cfg.mesh.option,
+        vision=validated.architecture.vision,
+        random_weights=validated.checkpoint.random_weights,
         control=cfg.control,
         supervisor=cfg.supervisor,
         state_dir=str(Path(paths.state_dir).expanduser().resolve()),

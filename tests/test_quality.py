@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import ConfigError
-from appliance.quality.evalset import is_correct, load_eval_set
+from appliance.quality.evalset import VISION_EVAL_SET, is_correct, load_eval_set
 
 from .helpers import free_port
 
@@ -44,6 +44,21 @@ def test_the_shipped_set_has_25_distinct_questions_with_answers() -> None:
     questions = [item.question for item in evalset.items]
     assert len(questions) == len(set(questions)) == 25
     assert all(item.answers and all(a.strip() for a in item.answers) for item in evalset.items)
+
+
+def test_the_vision_set_asks_about_an_image_of_a_different_size_each_time() -> None:
+    items = load_eval_set(VISION_EVAL_SET).items
+    assert all(item.image is not None for item in items)
+    assert len({(i.image.width, i.image.height) for i in items if i.image}) == len(items) == 8
+
+
+def test_an_image_colour_out_of_range_is_refused_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\ndescription: x\nmax_tokens: 8\nitems:\n  - {question: 'Colour?', answers: [red], "
+                    "image: {width: 8, height: 8, colour: [300, 0, 0]}}\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"eval-set-invalid") as caught:
+        load_eval_set(path)
+    assert f"{path}:items.0.image.colour.0" in [p.key for p in caught.value.problems]
 
 
 def test_a_malformed_set_is_refused_naming_the_file_and_key(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 from PIL import Image
 
+from appliance.config.schema import WorkloadConfig
 from appliance.plan import LaunchPlan
+from appliance.rollout.gates import GateSettings, judge, measure
 
 from .appliance_process import MODEL, Served
 from .helpers import cpu_plan
@@ -46,7 +48,8 @@ def chat(served: Served, msgs: list[dict[str, Any]], model: str = VISION_MODEL) 
 
 
 def vision_plan(served: Served) -> LaunchPlan:
-    return cpu_plan(served.cache.parent, f"paths.cache_dir={served.cache}", model="tiny_vl")
+    port = served.engine_url.rsplit(":", 1)[1]
+    return cpu_plan(served.cache.parent, f"paths.cache_dir={served.cache}", f"serving.port={port}", model="tiny_vl")
 
 
 def predicted_tokens(plan: LaunchPlan, requests: list[list[dict[str, Any]]]) -> list[int]:
@@ -80,3 +83,15 @@ def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(vision_applianc
     assert chat(vision_appliance, messages(image_url(56, 56))).status_code == 200
     assert chat(shared_appliance, messages(), model=MODEL).status_code == 200  # text: no image part
     assert vision_appliance.state().state == shared_appliance.state().state == "ready"
+
+
+async def test_the_upgrade_gates_eval_on_a_vision_appliance_checks_the_serving_path(vision_appliance: Served) -> None:
+    """The gates' own measure and judge on the vision appliance: the vision set (images) by default, answered in
+    full but not graded, since the weights are random; the verdict says so."""
+    plan = vision_plan(vision_appliance)
+    assert plan.vision and plan.random_weights
+    settings = GateSettings(skip=("workload",))
+    figures = await measure(plan, WorkloadConfig(name="unused: workload skipped"), settings)
+    assert figures == {"accuracy": 1.0}
+    (gate,) = judge({"accuracy": 1.0}, figures, settings, graded=False)
+    assert gate.passed and "serving path only" in gate.detail and "random" in gate.detail

@@ -146,6 +146,8 @@ class Checkpoint:
     devices: tuple[DeviceRow, ...]
     generated: str | None = None
     """Name of the recipe that builds this checkpoint locally (no download possible)."""
+    random_weights: bool = False
+    """Its weights are noise (a generated test model): its answers are served, not graded."""
     kv_bytes_per_token: int | None = None
     """KV-cache bytes per token (2 x layers x KV heads x head dim x dtype bytes), for engines sized in bytes."""
     config: CheckpointConfig | None = None

@@ -17,10 +17,25 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from appliance.data_files import load_data_file
 from appliance.resources import build_dir
 
-__all__ = ["DEFAULT_EVAL_SET", "EvalItem", "EvalSet", "is_correct", "load_eval_set"]
+__all__ = ["DEFAULT_EVAL_SET", "VISION_EVAL_SET", "EvalImage", "EvalItem", "EvalSet", "is_correct", "load_eval_set"]
 
 DEFAULT_EVAL_SET = build_dir() / "eval" / "basic.yaml"
+VISION_EVAL_SET = build_dir() / "eval" / "vision.yaml"
+"""The set a vision appliance's gates ask by default: questions about generated images."""
 _FORBID = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True, slots=True)
+class EvalImage:
+    """A generated image sent with the question: a solid rectangle of one colour, as a PNG `data:` URL."""
+
+    __pydantic_config__ = _FORBID
+
+    width: Annotated[int, Field(ge=1, le=4096)]
+    height: Annotated[int, Field(ge=1, le=4096)]
+    colour: tuple[Annotated[int, Field(ge=0, le=255)], Annotated[int, Field(ge=0, le=255)],
+                  Annotated[int, Field(ge=0, le=255)]]  # fmt: skip
+    """Red, green and blue, 0-255."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +45,8 @@ class EvalItem:
     question: str
     answers: Annotated[tuple[str, ...], Field(min_length=1)]
     """Accepted answers; a reply holding any of them as a whole word or number is correct."""
+    image: EvalImage | None = None
+    """An image the question is about (the chat message then holds the text and the image)."""
 
 
 @dataclass(frozen=True, slots=True)

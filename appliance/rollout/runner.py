@@ -182,7 +182,7 @@ class Upgrader:
                 )
             )
         figures = await self._step("measure", measure(new, workload, settings), "")
-        for gate in judge(baseline, figures, settings):
+        for gate in judge(baseline, figures, settings, graded=not new.random_weights):
             self._gate(gate)
 
     def _gate(self, gate: GateDocument) -> None:
