@@ -16,9 +16,10 @@ import yaml
 from appliance.cli.upgrade import merged_overrides
 from appliance.control.upgrade_documents import GenerationDocument, StepDocument, UpgradeDocument
 from appliance.errors import ConfigError, LaunchError
+from appliance.quality.evalset import DEFAULT_EVAL_SET, VISION_EVAL_SET
 from appliance.resources import build_dir
 from appliance.rollout.environments import build_environment, environment_dir, pins_hash, prune_environments
-from appliance.rollout.gates import GateSettings, judge, load_gate_file, parse_settings
+from appliance.rollout.gates import EvalMode, GateSettings, eval_mode, judge, load_gate_file, parse_settings
 from appliance.rollout.generation import Journal, read_journal, resume, write_journal
 
 from .helpers import Cli, cpu_plan, free_port
@@ -63,15 +64,45 @@ def test_a_damaged_journal_is_one_line_naming_the_file(tmp_path: Path, text: str
     assert line.startswith(f"error[generation-journal] {path}: ") and where in line and "\n" not in line
 
 
+GRADED = EvalMode(DEFAULT_EVAL_SET, graded=True)
+
+
 def test_each_gate_passes_at_its_threshold_and_fails_just_past_it() -> None:
     settings = GateSettings(eval_tolerance=0.1, goodput_tolerance=0.25, ttft_tolerance=0.5)
     baseline = {"accuracy": 0.8, "goodput": 4.0, "ttft_p95": 200.0}
-    at = {g.name: g.passed for g in judge(baseline, {"accuracy": 0.7, "goodput": 3.0, "ttft_p95": 300.0}, settings)}
-    past = {g.name: g.passed for g in judge(baseline, {"accuracy": 0.69, "goodput": 2.99, "ttft_p95": 301.0}, settings)}
+
+    def passed(now: dict[str, float]) -> dict[str, bool]:
+        return {g.name: g.passed for g in judge(baseline, now, settings, GRADED)}
+
+    at = passed({"accuracy": 0.7, "goodput": 3.0, "ttft_p95": 300.0})
+    past = passed({"accuracy": 0.69, "goodput": 2.99, "ttft_p95": 301.0})
     assert at == {"eval": True, "goodput": True, "ttft_p95": True}
     assert past == {"eval": False, "goodput": False, "ttft_p95": False}
-    failed = judge(baseline, {"accuracy": 0.0}, settings)[0]
+    failed = judge(baseline, {"accuracy": 0.0}, settings, GRADED)[0]
     assert failed.render() == "gate eval FAILED: accuracy 0.00, at least 0.70 (baseline 0.80 - 0.10)"
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("smollm2", "tiny", EvalMode(DEFAULT_EVAL_SET, graded=True)),  # a real model replaced by noise is graded
+    ("tiny", "tiny", EvalMode(DEFAULT_EVAL_SET, graded=False)),
+    ("tiny_vl", "tiny_vl", EvalMode(VISION_EVAL_SET, graded=False)),
+    ("smollm2", "tiny_vl", EvalMode(DEFAULT_EVAL_SET, graded=True)),  # one set for both: the text one
+    (None, "tiny_vl", EvalMode(VISION_EVAL_SET, graded=False)),  # a first boot against a recorded baseline
+])  # fmt: skip
+def test_both_generations_are_asked_one_set_graded_unless_both_are_noise(
+    tmp_path: Path, old: str | None, new: str, expected: EvalMode
+) -> None:
+    before = None if old is None else cpu_plan(tmp_path, model=old)
+    assert eval_mode(before, cpu_plan(tmp_path, model=new), GateSettings()) == expected
+
+
+def test_an_ungraded_eval_gate_needs_every_question_answered_and_says_why() -> None:
+    mode = EvalMode(VISION_EVAL_SET, graded=False)
+    (failed,) = judge({"accuracy": 1.0}, {"accuracy": 0.875}, GateSettings(), mode)
+    assert not failed.passed and failed.render() == (
+        "gate eval FAILED: answered 88% of the questions, all required: serving path only, "
+        "the model's weights are random"
+    )
 
 
 @pytest.mark.parametrize(("given", "where", "what"), [

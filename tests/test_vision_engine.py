@@ -22,7 +22,8 @@ from PIL import Image
 
 from appliance.config.schema import WorkloadConfig
 from appliance.plan import LaunchPlan
-from appliance.rollout.gates import GateSettings, judge, measure
+from appliance.quality.evalset import VISION_EVAL_SET
+from appliance.rollout.gates import EvalMode, GateSettings, eval_mode, judge, measure
 
 from .appliance_process import MODEL, Served
 from .helpers import cpu_plan
@@ -91,7 +92,9 @@ async def test_the_upgrade_gates_eval_on_a_vision_appliance_checks_the_serving_p
     plan = vision_plan(vision_appliance)
     assert plan.vision and plan.random_weights
     settings = GateSettings(skip=("workload",))
-    figures = await measure(plan, WorkloadConfig(name="unused: workload skipped"), settings)
+    mode = eval_mode(plan, plan, settings)
+    assert mode == EvalMode(VISION_EVAL_SET, graded=False)
+    figures = await measure(plan, WorkloadConfig(name="unused: workload skipped"), settings, mode)
     assert figures == {"accuracy": 1.0}
-    (gate,) = judge({"accuracy": 1.0}, figures, settings, graded=False)
+    (gate,) = judge({"accuracy": 1.0}, figures, settings, mode)
     assert gate.passed and "serving path only" in gate.detail and "random" in gate.detail

@@ -32,7 +32,8 @@ from appliance.plan import LaunchPlan
 from appliance.quality.evalset import DEFAULT_EVAL_SET, VISION_EVAL_SET, load_eval_set
 from appliance.quality.run import run_eval
 
-__all__ = ["SKIPPABLE", "GateFile", "GateSettings", "judge", "load_gate_file", "measure", "parse_settings"]
+__all__ = ["SKIPPABLE", "EvalMode", "GateFile", "GateSettings", "eval_mode", "judge", "load_gate_file", "measure",
+           "parse_settings"]  # fmt: skip
 
 Skippable = Literal["capabilities", "eval", "workload"]
 SKIPPABLE: tuple[Skippable, ...] = ("capabilities", "eval", "workload")
@@ -75,6 +76,24 @@ class GateFile:
 
 
 _GATE_FILE: TypeAdapter[GateFile] = TypeAdapter(GateFile)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalMode:
+    """The evaluation set both generations are asked, and whether their replies are graded."""
+
+    eval_set: Path
+    graded: bool
+
+
+def eval_mode(old: LaunchPlan | None, new: LaunchPlan, settings: GateSettings) -> EvalMode:
+    """The set named in `settings`, else the vision set where both generations see images; graded unless both
+    models' weights are noise. `old` None: a first boot against a recorded baseline, judged by `new` alone."""
+    both = (new,) if old is None else (old, new)
+    default = VISION_EVAL_SET if all(p.vision for p in both) else DEFAULT_EVAL_SET
+    return EvalMode(Path(settings.eval_set) if settings.eval_set else default, not all(p.random_weights for p in both))
+
+
 _NEEDS = {"eval": ("accuracy",), "workload": ("goodput", "ttft_p95")}
 
 
@@ -106,14 +125,13 @@ def parse_settings(data: object, where: str) -> GateSettings:
         raise ConfigError((Problem("bad-gate", f"{where}{field}", first["msg"].lower(), hint),)) from None
 
 
-async def measure(plan: LaunchPlan, workload: WorkloadConfig, settings: GateSettings) -> Figures:
-    """Accuracy, goodput and TTFT p95 of the engine `plan` serves (those of the gates not skipped)."""
+async def measure(plan: LaunchPlan, workload: WorkloadConfig, settings: GateSettings, mode: EvalMode) -> Figures:
+    """Accuracy (or the share answered, `mode`), goodput and TTFT p95 of the engine `plan` serves (those of the
+    gates not skipped)."""
     figures: Figures = {}
     key_env = plan.secret_env.get("VLLM_API_KEY")  # the variable that holds the engine's API key
     if "eval" not in settings.skip:
-        default = VISION_EVAL_SET if plan.vision else DEFAULT_EVAL_SET
-        evalset = load_eval_set(Path(settings.eval_set) if settings.eval_set else default)
-        graded = await run_eval(evalset, plan.base_url, api_key_env=key_env, grade=not plan.random_weights)
+        graded = await run_eval(load_eval_set(mode.eval_set), plan.base_url, api_key_env=key_env, grade=mode.graded)
         figures["accuracy"] = graded.accuracy
     if "workload" not in settings.skip:
         target = LoadTarget(plan.base_url, f"upgrade gate {plan.config_hash}", key_env)
@@ -126,11 +144,11 @@ async def measure(plan: LaunchPlan, workload: WorkloadConfig, settings: GateSett
     return figures
 
 
-def judge(baseline: Figures, now: Figures, settings: GateSettings, graded: bool = True) -> tuple[GateDocument, ...]:
-    """Each measured gate's verdict, its figure against its threshold; `graded` False (random weights): the eval
+def judge(baseline: Figures, now: Figures, settings: GateSettings, mode: EvalMode) -> tuple[GateDocument, ...]:
+    """Each measured gate's verdict, its figure against its threshold; not `mode.graded` (random weights): the eval
     figure is the share of questions answered, and all must be."""
     results = []
-    if "accuracy" in now and not graded:
+    if "accuracy" in now and not mode.graded:
         results.append(_at_least("eval", now["accuracy"], 1.0, f"answered {now['accuracy']:.0%} of the questions, "
                                  "all required: serving path only, the model's weights are random"))  # fmt: skip
     elif "accuracy" in now:

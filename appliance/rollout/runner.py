@@ -33,7 +33,7 @@ from appliance.errors import ApplianceError, ConfigError, Problem
 from appliance.observe.effective import differences, effective, requested
 from appliance.plan import LaunchPlan
 from appliance.rollout.environments import prune_environments
-from appliance.rollout.gates import GateFile, GateSettings, judge, measure, parse_settings
+from appliance.rollout.gates import EvalMode, GateFile, GateSettings, eval_mode, judge, measure, parse_settings
 from appliance.rollout.generation import Journal, write_journal
 from appliance.runtime.drain import in_flight
 from appliance.runtime.lifecycle import EngineEvent, EngineState
@@ -131,9 +131,10 @@ class Upgrader:
             await self._step("out-of-rotation", asyncio.sleep(old.supervisor.deregister_s),
                              f"/readyz 503; waited deregister_s {old.supervisor.deregister_s:g}s")  # fmt: skip
             await self._step("drain", self._drain(old), "no request in flight")
-            baseline = await self._step("baseline", measure(old, planned.workload, settings), "")
+            mode = eval_mode(old, new, settings)
+            baseline = await self._step("baseline", measure(old, planned.workload, settings, mode), "")
             self._update(baseline=baseline)
-            await self._gates(new, planned.workload, settings, baseline)
+            await self._gates(new, planned.workload, settings, baseline, mode)
         except asyncio.CancelledError:
             self._end("interrupted", f"interrupted at step {self._last().step}: the appliance stopped")
             raise
@@ -152,7 +153,8 @@ class Upgrader:
 
     async def _first_boot(self, gates: GateFile, workload: WorkloadConfig) -> None:
         try:
-            await self._gates(self._sup.plan, workload, gates.gates, gates.baseline, switch=False)
+            mode = eval_mode(None, self._sup.plan, gates.gates)
+            await self._gates(self._sup.plan, workload, gates.gates, gates.baseline, mode, switch=False)
         except asyncio.CancelledError:
             self._end("interrupted", f"interrupted at step {self._last().step}: the appliance stopped")
             raise
@@ -163,7 +165,7 @@ class Upgrader:
         self._update(outcome="passed")
 
     async def _gates(self, new: LaunchPlan, workload: WorkloadConfig, settings: GateSettings,
-                     baseline: dict[str, float], *, switch: bool = True) -> None:  # fmt: skip
+                     baseline: dict[str, float], mode: EvalMode, *, switch: bool = True) -> None:  # fmt: skip
         budget = settings.ready_s or new.ready_timeout_s
         seconds = await self._step("switch" if switch else "boot", self._boot(new, budget, switch=switch), "")
         why = self._sup.snapshot().last_error or "still booting"
@@ -181,8 +183,8 @@ class Upgrader:
                     "as planned" if not found else "; ".join(p.message for p in found),
                 )
             )
-        figures = await self._step("measure", measure(new, workload, settings), "")
-        for gate in judge(baseline, figures, settings, graded=not new.random_weights):
+        figures = await self._step("measure", measure(new, workload, settings, mode), "")
+        for gate in judge(baseline, figures, settings, mode):
             self._gate(gate)
 
     def _gate(self, gate: GateDocument) -> None:
