@@ -267,6 +267,8 @@ def _expected(v: ValidatedConfig) -> dict[str, Any]:
     if v.images is not None:
         expected["limit_mm_per_prompt"] = v.images.engine_limits()
         expected["mm_processor_kwargs"] = dict(v.images.processor_kwargs) or None
+        if v.images.processor_cache_gb is not None:
+            expected["mm_processor_cache_gb"] = v.images.processor_cache_gb
     if v.chunked_prefill is not None:
         expected["enable_chunked_prefill"] = v.chunked_prefill
     if v.chunked_prefill is False:
