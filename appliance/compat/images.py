@@ -125,12 +125,14 @@ def _pixels(pixels: int | None, vision: Vision, checkpoint: str) -> Iterator[Pro
 def _context(vision: Vision, pixels: int | None, context: int, most: int, checkpoint: str) -> Iterator[Problem]:
     """One image of the largest size and the text margin must fit max_context; the fix stays within the row's
     validated context (`most`), else it shrinks the images."""
-    largest = min(pixels or vision.largest_image.pixels, vision.largest_image.pixels)
+    cap = vision.largest_image
+    # Without a pixel-cap kwarg the processor's own resize decides, whatever serving.max_image_pixels says.
+    largest = min(pixels or cap.pixels, cap.pixels) if cap.kwarg else cap.pixels
     tokens = vision.tokens_per_image
     need = tokens.at(largest) + TEXT_MARGIN
     if context >= need:
         return
-    smaller = tokens.pixels_for(context - TEXT_MARGIN) if vision.largest_image.kwarg else None
+    smaller = tokens.pixels_for(context - TEXT_MARGIN) if cap.kwarg else None
     fixes = ([f"serving.max_context={need}"] if need <= most else []) + (
         [f"serving.max_image_pixels={smaller}"] if smaller else []
     )
