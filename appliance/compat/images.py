@@ -152,8 +152,8 @@ def _plugin_lines(arch: Architecture, state: PluginState | None) -> tuple[str, .
     if rules is None:
         return ()
     lines = [
-        f"only {'/'.join(rules.modalities)} items: another modality fails inside the engine loop "
-        f"({rules.refusal}); the plan's video limit of 0 has vLLM refuse one at the API",
+        f"only {'/'.join(rules.modalities)} items: another modality crashes the engine core ({rules.refusal}); "
+        "the plan's video limit of 0 has vLLM refuse one at the API with a 4xx",
         rules.prefill,
     ]
     if arch.mrope:
