@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_adjustments
 from appliance.compat.contract import flag_names
+from appliance.compat.images import ImageLimits
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
 from appliance.config.schema import (
@@ -64,8 +65,6 @@ class LaunchPlan:
     family: str
     checkpoint: str
     mesh: str
-    vision: bool
-    """The architecture takes images (the matrix's `vision`)."""
     random_weights: bool
     """The checkpoint's weights are noise (the matrix's `random_weights`): gates check serving, not answers."""
     control: ControlConfig
@@ -94,6 +93,8 @@ class LaunchPlan:
     """engine.host_share: the engine's (and the probe's) bounded CPU share; None: the appliance's."""
     boards: BoardsConfig = field(default_factory=BoardsConfig)
     """How the boards the engine owns are read while it serves."""
+    images: ImageLimits | None = None
+    """The image limits of a vision model, and what the plugin does with images; None on a text model."""
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -139,7 +140,6 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         family=validated.family.family,
         checkpoint=cfg.model.checkpoint,
         mesh=cfg.mesh.option,
-        vision=validated.architecture.vision,
         random_weights=validated.checkpoint.random_weights,
         control=cfg.control,
         supervisor=cfg.supervisor,
@@ -158,6 +158,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         probe_timeout_s=cfg.engine.probe_timeout_s,
         host_share=cfg.engine.host_share,
         boards=cfg.boards,
+        images=validated.images,
     )
 
 
@@ -218,7 +219,18 @@ def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
     if _phased(v):
         scheduler = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
         args += ["--scheduler-cls", f"{PHASED_MODULE}.{scheduler}"]
-    return args + _chunked_prefill_args(v)
+    return args + _chunked_prefill_args(v) + (_image_args(v.images) if v.images else [])
+
+
+def _image_args(images: ImageLimits) -> list[str]:
+    """A vision model's limits: video 0, since vLLM defaults an unset modality to 999 and the TT plugin fails on
+    one inside the engine loop; the pixel cap where the family's processor takes one."""
+    args = ["--limit-mm-per-prompt", json.dumps(images.engine_limits(), sort_keys=True)]
+    if images.processor_kwargs:
+        args += ["--mm-processor-kwargs", json.dumps(dict(images.processor_kwargs), sort_keys=True)]
+    if images.processor_cache_gb is not None:
+        args += ["--mm-processor-cache-gb", f"{images.processor_cache_gb:g}"]
+    return args
 
 
 def _chunked_prefill_args(v: ValidatedConfig) -> list[str]:
@@ -255,6 +267,11 @@ def _expected(v: ValidatedConfig) -> dict[str, Any]:
         "generation_config": "vllm" if v.engine == "tt" and _block_output(v) else "auto",
         "disable_any_whitespace": v.engine == "tt",  # the plugin forces compact JSON (adjustment compact_json)
     }  # fmt: skip
+    if v.images is not None:
+        expected["limit_mm_per_prompt"] = v.images.engine_limits()
+        expected["mm_processor_kwargs"] = dict(v.images.processor_kwargs) or None
+        if v.images.processor_cache_gb is not None:
+            expected["mm_processor_cache_gb"] = v.images.processor_cache_gb
     if v.chunked_prefill is not None:
         expected["enable_chunked_prefill"] = v.chunked_prefill
     if v.chunked_prefill is False:

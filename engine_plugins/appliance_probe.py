@@ -173,6 +173,22 @@ def _effective(config: Any) -> dict[str, Any]:
         "kv_cache_bytes": kv_bytes,
         "additional_config": _jsonable(getattr(config, "additional_config", None)),
         "architectures": list(getattr(model, "architectures", None) or []),
+        **_multimodal(getattr(model, "multimodal_config", None)),
+    }
+
+
+def _multimodal(mm: Any) -> dict[str, Any]:
+    """A vision model's effective image limits (absent on a text model, which has no multimodal config).
+
+    limit_per_prompt maps a modality to options with a `count` (vLLM 0.32), or to a bare count (older releases).
+    """
+    if mm is None:
+        return {}
+    limits = getattr(mm, "limit_per_prompt", None) or {}
+    return {
+        "limit_mm_per_prompt": {k: getattr(v, "count", v) for k, v in dict(limits).items()},
+        "mm_processor_kwargs": _jsonable(getattr(mm, "mm_processor_kwargs", None)),
+        "mm_processor_cache_gb": getattr(mm, "mm_processor_cache_gb", None),
     }
 
 

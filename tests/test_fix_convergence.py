@@ -37,6 +37,28 @@ SHARED = (
     "features.speculative=ngram", "precision=performance", "precision=accuracy", "serving.max_context=262144",
     "serving.max_concurrency=64", "serving.max_concurrency=7", "serving.data_parallel=2", "serving.data_parallel=4",
     "tt.trace_mode=bogus", "tt.bogus_key=1", "engine.extra_args=[--max-logprobs,50]",
+    "serving.max_images_per_prompt=2", "serving.max_image_pixels=200704",
+)  # fmt: skip
+
+
+def _vision_rows() -> tuple[tuple[str, str, str], ...]:
+    """Per vision architecture, its row with the shortest context (the hardest for one image to fit)."""
+    found: dict[str, tuple[int, tuple[str, str, str]]] = {}
+    for family, checkpoint, row in MATRIX.rows():
+        arch = family.architectures[checkpoint.architecture]
+        best = found.get(checkpoint.architecture)
+        if arch.images and row.mesh != "cpu" and family.family in MODELS and (not best or row.max_context < best[0]):
+            found[checkpoint.architecture] = (row.max_context, (family.family, checkpoint.checkpoint, row.mesh))
+    return tuple(row for _, row in found.values())
+
+
+VISION_ROWS = _vision_rows()
+# Image settings operators get wrong: too many, too large, a cap the processor cannot take, a context one image
+# cannot fit (alone and with the largest image), the latter two together.
+IMAGE_SETS = (
+    ("serving.max_images_per_prompt=12",), ("serving.max_image_pixels=99999999",), ("serving.max_image_pixels=50176",),
+    ("serving.max_context=2048",), ("serving.max_context=2048", "serving.max_image_pixels=99999999"),
+    ("serving.max_context=1024", "serving.max_image_pixels=50176", "serving.max_concurrency=64"),
 )  # fmt: skip
 _OVERRIDE = re.compile(r"(?<![\w.~])~?([a-z_]+(?:\.[a-z_]+)+)=")
 
@@ -92,6 +114,14 @@ def _row(row: tuple[str, str, str]) -> list[str]:
 def test_every_rows_fixes_converge_at_its_defaults(state: str) -> None:
     for row in ROWS:
         walk(_row(row), state)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_image_fixes_converge_on_every_vision_row(state: str) -> None:
+    assert len(VISION_ROWS) >= 5
+    for row in VISION_ROWS:
+        for extra in IMAGE_SETS:
+            walk(_row(row) + list(extra), state)
 
 
 @settings(max_examples=min(COMPOSING_EXAMPLES, 300), deadline=None)

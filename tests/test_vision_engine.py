@@ -1,6 +1,7 @@
 """The embedded vision model served by the real CPU engine through `appliance serve model=tiny_vl`
 (`vision_appliance`): images in OpenAI chat requests become the prompt tokens the checkpoint's own processor
-predicts, and bad images get the engine's 4xx while the engine goes on serving.
+predicts (the plan's pixel cap applied), and bad images, one too many included, get the engine's 4xx while the
+engine goes on serving.
 
 The model's weights are random (no registry package carries a vision model's weights: models/tiny_vl.yaml), so
 its answers are not judged; its processor and chat template are Qwen2.5-VL's real ones, recorded in
@@ -79,6 +80,8 @@ def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(vision_applianc
                                                                  shared_appliance: Served) -> None:  # fmt: skip
     undecodable = chat(vision_appliance, messages("data:image/png;base64,AAAA"))
     assert undecodable.status_code == 400 and "image" in undecodable.json()["error"]["message"].lower()
+    three = chat(vision_appliance, messages(*[image_url(56, 56)] * 3))  # serving.max_images_per_prompt: 2 (the row's)
+    assert three.status_code == 400 and "At most 2 image(s)" in three.json()["error"]["message"], three.text
     to_text_model = chat(shared_appliance, messages(image_url(56, 56)), model=MODEL)
     assert 400 <= to_text_model.status_code < 500, to_text_model.text
     assert chat(vision_appliance, messages(image_url(56, 56))).status_code == 200
@@ -90,7 +93,7 @@ async def test_the_upgrade_gates_eval_on_a_vision_appliance_checks_the_serving_p
     """The gates' own measure and judge on the vision appliance: the vision set (images) by default, answered in
     full but not graded, since the weights are random; the verdict says so."""
     plan = vision_plan(vision_appliance)
-    assert plan.vision and plan.random_weights
+    assert plan.images is not None and plan.random_weights
     settings = GateSettings(skip=("workload",))
     mode = eval_mode(plan, plan, settings)
     assert mode == EvalMode(VISION_EVAL_SET, graded=False)

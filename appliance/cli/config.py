@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.cli.common import Command, composed_config, err, findings, out
 from appliance.compat.fit import fit_of
+from appliance.compat.images import image_lines
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import GROUPS, group_options
@@ -60,6 +61,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"config {validated.composed.config_hash}{under}",
         markup=False,
     )
+    for line in image_lines(validated.images):
+        out.print(line, markup=False)
     out.print(_host_only_line(launch, args.overrides), markup=False)
     out.print(f"fit: {fit.line()}", markup=False)
     return 0
@@ -144,6 +147,8 @@ def _print_plan(plan: LaunchPlan) -> None:
     for change in plan.adjustments:
         how = "set in this plan" if change.explicit else "the plugin's doing"
         out.print(f"# the plugin adjusts ({how}): {change.effect}", markup=False)
+    for line in image_lines(plan.images):
+        out.print(f"# {line}", markup=False)
     out.print(plan.command_line(), markup=False)
 
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from appliance.compat.checkpoint_config import CHECKPOINTS_FILE, CheckpointConfig, load_checkpoint_configs
+from appliance.compat.image_facts import Vision
 from appliance.config.schema import STATUS_ORDER, Status
 from appliance.data_files import cached, parse_yaml
 from appliance.errors import ConfigError, Problem
@@ -81,8 +82,14 @@ class Architecture:
     """`VAR=value` -> the class the plugin loads instead when that environment variable is set so."""
     moe: bool = False
     mrope: bool = False
-    vision: bool = False
+    vision: Vision | bool = False
+    """False for a text architecture; a vision one carries its image facts (a bare `true` is refused at load)."""
     accepts_optimizations: bool = True
+
+    @property
+    def images(self) -> Vision | None:
+        """The image facts of a vision architecture, None for a text one."""
+        return self.vision if isinstance(self.vision, Vision) else None
 
     def resolved_target(self, env: Mapping[str, str]) -> str | None:
         """The class the plugin loads under `env` (a TT_*_TEXT_VER can select another one)."""
@@ -196,8 +203,8 @@ class CompatibilityMatrix:
 
 
 # The parsing code a cached matrix depends on (appliance.data_files.cached keys on their source).
-_CODE = ("appliance.compat.matrix", "appliance.compat.checkpoint_config", "appliance.config.schema",
-         "pydantic.version")  # fmt: skip
+_CODE = ("appliance.compat.matrix", "appliance.compat.checkpoint_config", "appliance.compat.image_facts",
+         "appliance.config.schema", "pydantic.version")  # fmt: skip
 
 
 @cache
@@ -262,4 +269,17 @@ def _consistency(path: Path, family: Family) -> list[Problem]:
         for c in family.checkpoints
         if c.architecture not in family.architectures
     ]
-    return [Problem("matrix-invalid", path.name, text) for text in found]
+    return [Problem("matrix-invalid", path.name, text) for text in found] + _vision_blocks(path, family)
+
+
+def _vision_blocks(path: Path, family: Family) -> list[Problem]:
+    """A vision architecture must say what its images cost: one line per architecture, naming file and key."""
+    found = []
+    for name, arch in family.architectures.items():
+        key = f"{path.name}:architectures.{name}.vision"
+        if arch.vision is True:
+            found.append(Problem("matrix-invalid", key, "a vision architecture needs its block (images_per_prompt, "
+                                 "largest_image, tokens_per_image, each with a source), not `true`"))  # fmt: skip
+        elif arch.images is not None:
+            found += [Problem("matrix-invalid", key, text) for text in arch.images.problems()]
+    return found

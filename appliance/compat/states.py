@@ -26,6 +26,7 @@ __all__ = [
     "Speculative",
     "TtKey",
     "TtMetalLayout",
+    "VisionRules",
 ]
 
 _FORBID: ConfigDict = {"extra": "forbid"}
@@ -183,6 +184,28 @@ class TtMetalLayout:
 
 
 @dataclass(frozen=True, slots=True)
+class VisionRules:
+    """What the state does with vision models: the modalities it serves, how it prefills images, batch limits."""
+
+    __pydantic_config__ = _FORBID
+
+    modalities: tuple[str, ...]
+    refusal: str
+    """The plugin's error for an item of another modality."""
+    source: str
+    prefill: str
+    """How an image's tokens are prefilled (never split across chunks)."""
+    prefill_source: str
+    lane_dp: str
+    """The refusal of lane data parallelism for a vision (mrope) model."""
+    lane_dp_source: str
+    batch_limits: Mapping[str, int] = field(default_factory=dict)
+    """TT class -> the most sequences its vision path batches (max_num_seqs)."""
+    batch_source: str = ""
+    status: Status = "verified"
+
+
+@dataclass(frozen=True, slots=True)
 class PluginState:
     """Everything the appliance knows about one plugin commit and the vLLM it targets."""
 
@@ -217,6 +240,8 @@ class PluginState:
     class_modules: Mapping[str, str] = field(default_factory=dict)
     """Module the models/ records name -> the module this state's plugin registers that class from."""
     tt_metal_layout: TtMetalLayout | None = None
+    vision: VisionRules | None = None
+    """None where nothing is recorded of how the state serves images."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def registered_target(self, target: str) -> str:

@@ -33,6 +33,7 @@ from appliance.compat.features import (
     plugin_chunked_prefill,
     record_disagreements,
 )
+from appliance.compat.images import ImageLimits, check_images, image_limits
 from appliance.compat.limits import check_data_parallel, check_kv_pool, check_limits, kv_pool
 from appliance.compat.long_context import check_checkpoint_context
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family, same_commit
@@ -90,6 +91,8 @@ class ValidatedConfig:
     """What the engine will run: chunked prefill on, off, or None when the records cannot say."""
     extra_args: tuple[str, ...] = ()
     """engine.extra_args with any --additional-config folded into tt_options."""
+    images: ImageLimits | None = None
+    """The image limits of a vision row (None on a text one)."""
 
     @property
     def config(self) -> ApplianceConfig:
@@ -135,6 +138,7 @@ def validate(
     found += _check_engine(cfg, engine)
     found += _check_scheduler(cfg, engine)
     found += check_limits(cfg, entry.checkpoint, entry.row, context, concurrency)
+    found += check_images(cfg, entry.architecture, entry.row, entry.checkpoint.checkpoint, context, concurrency, state)
     found += check_checkpoint_context(cfg.model.checkpoint, entry.checkpoint, context, env, extra.args,
                                       state.vllm if state else cpu_vllm())  # fmt: skip
     found += check_data_parallel(cfg, entry.architecture, entry.checkpoint, entry.row, dp, concurrency, lane)
@@ -156,6 +160,7 @@ def validate(
         row=entry.row, engine=engine, max_context=context, max_concurrency=concurrency, data_parallel=dp,
         lane_dp=lane, tt_options=MappingProxyType(tt), env=MappingProxyType(env), warnings=tuple(found),
         state=state, capabilities=caps, chunked_prefill=chunked, extra_args=extra.args,
+        images=image_limits(cfg, entry.architecture, engine, state),
     )  # fmt: skip
 
 

@@ -160,6 +160,13 @@ class ServingConfig:
     """Concurrent sequences (vLLM --max-num-seqs, whole system); None uses the row's maximum."""
     data_parallel: Count | None = None
     """Data-parallel size; None uses the row's value."""
+    max_images_per_prompt: Count | None = None
+    """Images one request may carry (vLLM --limit-mm-per-prompt's image count; video is always 0). None: the
+    matrix row's maximum on a vision model, no images on a text one (leave it None there)."""
+    max_image_pixels: Count | None = None
+    """The largest image in pixels (width x height) the processor keeps: larger ones are resized down to it, where
+    the model's processor takes a pixel cap (Qwen-VL's max_pixels). None: the row's largest. It sets the tokens
+    one image costs, which serving.max_context must hold."""
     api_key_env: EnvName | None = None
     """Name of the environment variable holding the OpenAI API key clients must send."""
 

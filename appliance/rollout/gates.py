@@ -90,7 +90,7 @@ def eval_mode(old: LaunchPlan | None, new: LaunchPlan, settings: GateSettings) -
     """The set named in `settings`, else the vision set where both generations see images; graded unless both
     models' weights are noise. `old` None: a first boot against a recorded baseline, judged by `new` alone."""
     both = (new,) if old is None else (old, new)
-    default = VISION_EVAL_SET if all(p.vision for p in both) else DEFAULT_EVAL_SET
+    default = VISION_EVAL_SET if all(p.images is not None for p in both) else DEFAULT_EVAL_SET
     return EvalMode(Path(settings.eval_set) if settings.eval_set else default, not all(p.random_weights for p in both))
 
 
