@@ -1,10 +1,9 @@
 """Reports of image workloads, summarized from recorded runs against a real vision model.
 
-The traces are real: tests/data/loadtest-vision-prototype.json holds three runs of `appliance loadtest`
-against vLLM 0.32 serving a random-weight Qwen2.5-VL prototype on this 2-core host (its `source` says how):
-`mixed` and `phased` are conf/workload/vision.yaml on the same arrivals under vLLM's scheduler and the
-appliance's phase-exclusive one; `refused` sent up to three images to a server allowing two.
-"""
+The traces are real: tests/data/loadtest-vision-tiny-vl.json holds three runs of `appliance loadtest` against
+vLLM 0.32 on this 2-core host (its `source` and each run's `note` say how): `mixed` and `phased` are
+conf/workload/vision.yaml against model=tiny_vl on the same arrivals, under vLLM's scheduler and the appliance's
+phase-exclusive one; `refused` sent up to three images to the earlier prototype of tiny_vl, which allowed two."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from appliance.loadtest.render import metric_rows, render_markdown, write_report
 from appliance.loadtest.report import LoadReport, RunFacts, load_report, summarize
 
 DATA = Path(__file__).parent / "data"
-RECORDED: dict[str, Any] = json.loads((DATA / "loadtest-vision-prototype.json").read_text())["runs"]
+RECORDED: dict[str, Any] = json.loads((DATA / "loadtest-vision-tiny-vl.json").read_text())["runs"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -72,14 +71,14 @@ def test_a_refused_image_request_is_a_client_error_and_the_run_goes_on() -> None
 def test_phased_scheduling_stalls_decodes_during_image_prefills_on_the_same_arrivals() -> None:
     mixed, phased = recorded("mixed"), recorded("phased")
     assert [t.planned_s for t in mixed.traces] == [t.planned_s for t in phased.traces]
-    assert mixed.stalls.count == 0 and phased.stalls.count > 0
+    assert phased.stalls.count > 10 * max(1, mixed.stalls.count)
     images = {t.index for t in phased.traces if t.images}
     assert 0 < phased.stalls.image_count < phased.stalls.count
     assert all(s.image for s in phased.stalls.stalls if s.cause in images)
     assert phased.stalls.image_total_s == pytest.approx(sum(s.end_s - s.start_s for s in phased.stalls.stalls
                                                             if s.image))  # fmt: skip
     rows = {row.name: row for row in metric_rows([mixed, phased])}
-    assert rows["decode stalls in an image prefill"].values == (0, phased.stalls.image_count)
+    assert rows["decode stalls in an image prefill"].values == (mixed.stalls.image_count, phased.stalls.image_count)
     assert rows["TTFT p50 (image)"].values[0] == mixed.by_kind["image"].ttft.p50
 
 
