@@ -110,3 +110,15 @@ def test_without_a_url_loadtest_targets_the_configs_own_engine(cli: Cli, tmp_pat
     port = free_port()
     done = cli("loadtest", "workload=chat", "mesh=cpu", f"serving.port={port}", "--out", str(tmp_path))
     assert done.returncode == 4 and f"cannot reach the OpenAI API at http://127.0.0.1:{port}" in done.stderr
+
+
+def test_loadtest_refuses_bad_image_values_before_sending(cli: Cli, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: the check must come first
+    done = cli("loadtest", "workload=vision", "workload.images.sizes=[]", "--url", url, "--out", str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (
+        done.stderr.strip()
+        == "error[bad-value] workload.images.sizes: is an empty list. Give workload.images.sizes at least one entry"
+    )
+    done = cli("loadtest", "workload=vision", "workload.images.sizes=[{width:0,height:9}]", "--url", url)
+    assert done.returncode == 2 and "workload.images.sizes.0.width: 0 is out of range" in done.stderr

@@ -1,9 +1,10 @@
 """The load tester against the real CPU engine, booted through `appliance serve`.
 
-Two scenarios: `loadtest --compare-scheduler` (mixed, then phase-exclusive scheduling, same
+Three scenarios: `loadtest --compare-scheduler` (mixed, then phase-exclusive scheduling, same
 arrivals, on engines of its own), whose phased run must show decode stalls; and the full feature mix
 (chat, completions, structured output, logprobs, penalties, shared prefixes) with its count and time
-bounds, against the session's read-only appliance. How many more stalls phased scheduling causes
+bounds, against the session's read-only appliance; and the `vision` workload against a real vision
+model (the session's `vision_appliance`, model=tiny_vl). How many more stalls phased scheduling causes
 is a measurement, not a test: bench/scheduler_stalls.py prints it.
 """
 
@@ -138,3 +139,20 @@ async def test_a_ready_hook_holds_the_clock_until_it_returns(shared_appliance: S
     )
     assert len(released) == 1 and report.run.started_at >= released[0]
     assert report.sent == 4 and report.failed == 0
+
+
+def test_the_vision_workload_runs_against_a_real_vision_model(
+    cli: Cli, vision_appliance: Served, tmp_path: Path
+) -> None:
+    """conf/workload/vision.yaml, cut to 12 requests, against model=tiny_vl served by `appliance serve`."""
+    done = cli("loadtest", "workload=vision", "--url", vision_appliance.engine_url, "--max-requests", "12",
+               "--duration", "10", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = load_report(tmp_path / "report.json")
+    assert report.sent == 12 and report.failed == 0, report.errors
+    image = [t for t in report.traces if t.images]
+    assert image and report.by_kind["image"].sent == len(image) and report.by_kind["image"].ttft.count == len(image)
+    assert all(t.api == "chat" and t.image_tokens_planned for t in image)
+    # The server counted each prompt as planned: the text exactly, each image as its processor predicts.
+    assert report.prompt_exact_share == 1.0
+    assert report.client_errors == report.server_errors == 0

@@ -28,7 +28,7 @@ SECTIONS = {"serving": schema.ServingConfig, "control": schema.ControlConfig,
             "supervisor": schema.SupervisorConfig, "engine": schema.EngineConfig, "workload": schema.WorkloadConfig,
             "boards": schema.BoardsConfig,
             "workload.prompt_tokens": schema.LengthDistribution,
-            "workload.output_tokens": schema.LengthDistribution}  # fmt: skip
+            "workload.output_tokens": schema.LengthDistribution, "workload.images": schema.ImagesConfig}  # fmt: skip
 
 
 def numeric_fields() -> Iterator[tuple[str, type, list[object]]]:

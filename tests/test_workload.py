@@ -106,3 +106,81 @@ def test_request_bodies_carry_the_planned_features() -> None:
     path, body = request_body("m", replace(planned, api="completion", structured=False, logprobs=True), prompt)
     assert path == "/v1/completions" and body["prompt"] == "hello" and body["logprobs"] == 5
     assert body["ignore_eos"] is True and body["max_tokens"] == planned.output_tokens
+
+
+IMAGES = ("workload.images.share=0.4", "workload.images.reuse_share=0.3",
+          "workload.images.per_request=[{count:1,weight:3},{count:2,weight:1}]",
+          "workload.images.sizes=[{width:224,height:224,weight:3},{width:56,height:40,weight:1}]")  # fmt: skip
+
+
+def test_image_shares_counts_and_sizes_follow_the_workload() -> None:
+    planned = plan_requests(workload("mixed", *IMAGES), 4000)
+    with_images = [r for r in planned if r.images]
+    assert len(with_images) / 4000 == pytest.approx(0.4, abs=0.03)
+    assert sum(len(r.images) == 2 for r in with_images) / len(with_images) == pytest.approx(0.25, abs=0.03)
+    new = [i for r in with_images for i in r.images if not i.reused]
+    assert {i.size for i in new} == {(224, 224), (56, 40)}
+    assert sum(i.size == (56, 40) for i in new) / len(new) == pytest.approx(0.25, abs=0.03)
+    images = [i for r in with_images for i in r.images]
+    assert sum(i.reused for i in images) / len(images) == pytest.approx(0.3, abs=0.03)
+
+
+def test_a_reused_image_is_one_an_earlier_request_sent_and_new_images_have_new_keys() -> None:
+    seen: dict[int, tuple[int, int]] = {}
+    for request in plan_requests(workload("mixed", *IMAGES), 500):
+        for image in request.images:
+            if image.reused:
+                assert seen[image.key] == image.size
+        fresh = [i.key for i in request.images if not i.reused]
+        assert len(set(fresh)) == len(fresh) and not seen.keys() & set(fresh)
+        seen |= {i.key: i.size for i in request.images}
+
+
+def test_image_requests_use_the_chat_api_and_move_no_arrival_length_or_text_api() -> None:
+    w = workload("mixed")
+    base, other = plan_requests(w, 300), plan_requests(workload("mixed", *IMAGES), 300)
+    assert all(r.api == "chat" for r in other if r.images)
+    assert [(r.at_s, r.prompt_tokens, r.output_tokens) for r in base] == [
+        (r.at_s, r.prompt_tokens, r.output_tokens) for r in other
+    ]
+    assert all(a.api == b.api for a, b in zip(base, other, strict=True) if not b.images)
+    assert plan_requests(workload("mixed", *IMAGES), 300) == other
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("workload.images.share=1.5", "workload.images.share"),
+        ("workload.images.reuse_share=-0.1", "workload.images.reuse_share"),
+        ("workload.images.sizes=[]", "workload.images.sizes"),
+        ("workload.images.per_request=[]", "workload.images.per_request"),
+        ("workload.images.sizes=[{width:5000,height:10}]", "workload.images.sizes.0.width"),
+        ("workload.images.per_request=[{count:0}]", "workload.images.per_request.0.count"),
+        ("workload.images.per_request=[{count:1,weight:0}]", "workload.images.per_request.0.weight"),
+        ("workload.images.format=gif", "workload.images.format"),
+        ("+workload.images.share_of_reuse=1", "workload.images.share_of_reuse"),
+    ],
+)
+def test_unusable_image_values_are_one_problem_naming_their_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        workload("vision", override)
+    (problem,) = caught.value.problems
+    assert problem.key == key and "\n" not in problem.render()
+
+
+def test_images_count_against_the_servers_context_as_the_server_counts_them() -> None:
+    w = workload("vision")  # prompts up to 256, answers up to 192, two images a request
+    assert check_workload(w, max_model_len=900) == []  # a server that cannot count images refuses them itself
+    (problem,) = check_workload(w, max_model_len=900, image_tokens={(224, 224): 66, (448, 448): 258})
+    assert "964 prompt+output tokens (images 516)" in problem.message and "workload.images" in problem.fix
+
+
+def test_an_image_request_body_puts_the_images_before_the_text_in_one_user_message() -> None:
+    planned = next(r for r in plan_requests(workload("vision"), 20) if len(r.images) == 2)
+    prompt = BuiltPrompt(planned.index, "describe", 5, False, ("data:image/png;base64,AA", "data:image/png;base64,BB"))
+    path, body = request_body("m", planned, prompt)
+    assert path == "/v1/chat/completions"
+    assert body["messages"] == [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,BB"}},
+        {"type": "text", "text": "describe"}]}]  # fmt: skip

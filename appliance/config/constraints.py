@@ -34,6 +34,10 @@ def check_constraints(cfg: ApplianceConfig) -> list[Problem]:
         dist = getattr(cfg.workload, name)
         if dist.min > dist.max:
             found.append(_above(f"workload.{name}.min", dist.min, f"workload.{name}.max", dist.max))
+    for name in ("per_request", "sizes"):
+        if not getattr(cfg.workload.images, name):
+            found.append(Problem("bad-value", f"workload.images.{name}", "is an empty list",
+                                 f"Give workload.images.{name} at least one entry"))  # fmt: skip
     return found
 
 

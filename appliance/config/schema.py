@@ -25,6 +25,9 @@ __all__ = [
     "EngineKind",
     "FeaturesConfig",
     "HostShare",
+    "ImageCount",
+    "ImageSize",
+    "ImagesConfig",
     "LengthDistribution",
     "MeshConfig",
     "ModelConfig",
@@ -321,6 +324,55 @@ class LengthDistribution:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageSize:
+    """One size bucket of a workload's images (as `vllm bench serve`'s random-mm bucket config)."""
+
+    __pydantic_config__ = _STRICT
+
+    # At most 4096 a side: the images are random RGB made before the run, and a 4096² one is 50 MB in memory.
+    width: Annotated[int, Bound(ge=1, le=4096)]
+    """Width in pixels."""
+    height: Annotated[int, Bound(ge=1, le=4096)]
+    """Height in pixels."""
+    weight: Annotated[float, Bound(gt=0)] = 1.0
+    """Relative frequency of this size among the images."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageCount:
+    """How many images an image request carries, with its relative weight."""
+
+    __pydantic_config__ = _STRICT
+
+    count: Count = 1
+    """Images in the request."""
+    weight: Annotated[float, Bound(gt=0)] = 1.0
+    """Relative frequency of this count among the image requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImagesConfig:
+    """Image requests of a workload: random RGB images sent as base64 `data:` URLs in chat content parts."""
+
+    __pydantic_config__ = _STRICT
+
+    share: Share = 0.0
+    """Share of requests that carry images. An image needs the chat API, so an image request is always sent to
+    /v1/chat/completions whatever `chat_share` drew for it: completions are (1 - share) × (1 - chat_share)."""
+    # Emptiness is refused by config.constraints: pydantic's own length check would add a second, confusing
+    # problem (`at least 1 item`) beside any bad entry.
+    per_request: tuple[ImageCount, ...] = (ImageCount(),)
+    """Images per image request: a list of `{count, weight}` (one entry for a fixed count)."""
+    sizes: tuple[ImageSize, ...] = (ImageSize(224, 224),)
+    """Image sizes: a list of `{width, height, weight}` in pixels, each drawn with its relative weight."""
+    reuse_share: Share = 0.0
+    """Share of images that repeat, byte for byte, an image of an earlier request (the engine's processor and
+    encoder caches see the same image again)."""
+    format: Literal["png", "jpeg"] = "png"
+    """Encoding of the images: PNG (random pixels do not compress, so as large as raw RGB) or JPEG (quality 90)."""
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     """A request mix: what the fleet expects in production, replayed by the load tester."""
 
@@ -352,6 +404,8 @@ class WorkloadConfig:
     """Share of requests starting with a common prefix (prefix-cache friendly)."""
     shared_prefix_tokens: Annotated[int, Bound(ge=0)] = 0
     """Length of that common prefix."""
+    images: ImagesConfig = field(default_factory=ImagesConfig)
+    """Image requests (none by default)."""
     slo_ttft_ms: Annotated[float, Bound(gt=0)] = 2000.0
     """Goodput SLO: time to first token."""
     slo_itl_ms: Annotated[float, Bound(gt=0)] = 200.0

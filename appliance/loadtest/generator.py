@@ -12,6 +12,7 @@ of more client CPU per chunk (bench/loadgen_vs_vllm_bench.py).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +66,14 @@ class RequestTrace:
     error: str | None = None
     """Error kind: http-<status>, timeout, connect, disconnected, stream-error, aborted, incomplete, cancelled."""
     detail: str | None = None
+    images: int = 0
+    """Images the request carried (0 for a text request)."""
+    image_pixels: int = 0
+    """Their pixels, summed."""
+    images_reused: int = 0
+    """How many of them an earlier request had sent already."""
+    image_tokens_planned: int | None = None
+    """Prompt tokens the server counted for those images before the run (None: it could not count them)."""
 
     @property
     def ok(self) -> bool:
@@ -110,7 +119,7 @@ def request_body(model: str, planned: PlannedRequest, prompt: BuiltPrompt) -> tu
         "ignore_eos": not planned.structured,
     }
     if planned.api == "chat":
-        body["messages"] = chat_messages(prompt.text)
+        body["messages"] = chat_messages(prompt.text, prompt.image_urls)
         if planned.logprobs:
             body |= {"logprobs": True, "top_logprobs": 5}
     else:
@@ -130,6 +139,7 @@ class _Recorder:
 
     planned: PlannedRequest
     sent_s: float
+    image_tokens: int | None
     times: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     prompt_tokens: int | None = None
@@ -167,7 +177,8 @@ class _Recorder:
             shared_prefix=p.shared_prefix, prompt_tokens_planned=p.prompt_tokens, prompt_tokens=self.prompt_tokens,
             output_tokens_planned=p.output_tokens, output_tokens=self.generated, planned_s=p.at_s, sent_s=self.sent_s,
             token_times_s=tuple(self.times), token_counts=tuple(self.counts), done_s=done_s, error=error,
-            detail=self.detail,
+            detail=self.detail, images=len(p.images), image_pixels=sum(i.width * i.height for i in p.images),
+            images_reused=sum(i.reused for i in p.images), image_tokens_planned=self.image_tokens,
         )  # fmt: skip
 
 
@@ -198,7 +209,7 @@ class _Run:
 
     async def send(self, planned: PlannedRequest, prompt: BuiltPrompt) -> None:
         path, body = request_body(self.model, planned, prompt)
-        rec = _Recorder(planned, self.now())
+        rec = _Recorder(planned, self.now(), prompt.image_tokens)
         self.sent += 1
         try:
             await self._stream(rec, path, body)
@@ -213,7 +224,7 @@ class _Run:
             self.report("running")
 
     async def _stream(self, rec: _Recorder, path: str, body: dict[str, Any]) -> None:
-        async with self.http.post(path, json=body) as response:
+        async with _post(self.http, path, body) as response:
             if response.status != 200:
                 rec.error, rec.detail = f"http-{response.status}", (await response.text())[:200]
                 return
@@ -232,12 +243,17 @@ async def warm_up(http: aiohttp.ClientSession, model: str, requests: Requests) -
     """One short request per kind the run will send, before the clock starts.
 
     The first request with logprobs or a schema pays one-off engine costs (seconds on the CPU
-    engine) that are not the steady-state latency this test measures.
+    engine) that are not the steady-state latency this test measures; so does the first image of
+    each size. The caller passes image requests with images the run never sends, so no cache has
+    seen the run's own images when the clock starts.
     """
-    kinds = {(p.api, p.structured, p.logprobs, p.penalties): (p, b) for p, b in reversed(requests)}
+    kinds = {
+        (p.api, p.structured, p.logprobs, p.penalties, tuple(sorted({i.size for i in p.images}))): (p, b)
+        for p, b in reversed(requests)
+    }
     for planned, prompt in kinds.values():
         path, body = request_body(model, replace(planned, output_tokens=2), prompt)
-        async with http.post(path, json=body) as response:
+        async with _post(http, path, body) as response:
             await response.read()
 
 
@@ -288,6 +304,13 @@ async def _closed_loop(
     workers = {asyncio.create_task(stream()) for _ in range(run.workload.concurrency)}
     await asyncio.wait(workers, timeout=duration_s)  # the stragglers drain with the rest
     tasks.update(workers)
+
+
+def _post(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> Any:
+    """POST a JSON body from a file-like buffer: aiohttp writes a bytes body of images (megabytes) in one
+    go, blocking the event loop and so every other stream's timing, and warns so."""
+    data = io.BytesIO(json.dumps(body).encode())
+    return http.post(path, data=data, headers={"Content-Type": "application/json"})
 
 
 def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:

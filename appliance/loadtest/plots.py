@@ -74,11 +74,13 @@ def _stall_timeline(reports: Sequence[LoadReport]) -> Figure:
         for t in report.traces:
             if t.first_token_s is not None:
                 axes.hlines(t.index, t.first_token_s, t.done_s, color="0.75", linewidth=1)
-                axes.hlines(t.index, t.sent_s, t.first_token_s, color="tab:blue", linewidth=3)
+                prefill = "tab:orange" if t.images else "tab:blue"
+                axes.hlines(t.index, t.sent_s, t.first_token_s, color=prefill, linewidth=3)
         for stall in report.stalls.stalls:
             axes.hlines(stall.request, stall.start_s, stall.end_s, color="tab:red", linewidth=3)
         axes.set(title=f"{report.run.label}: {report.stalls.count} decode stalls "
-                 f"({report.stalls.share_of_itl:.0%} of inter-token time); blue prefill, red stall, grey decode",
+                 f"({report.stalls.share_of_itl:.0%} of inter-token time); blue prefill (orange with images), "
+                 "red stall, grey decode",
                  xlabel="seconds from start", ylabel="request")  # fmt: skip
     return figure
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +40,18 @@ class BuiltPrompt:
     tokens: int
     """Prompt length as the server counts it (equals the planned length unless the tokenizer refused)."""
     shared_prefix: bool
+    image_urls: tuple[str, ...] = ()
+    """The request's images as `data:` URLs, sent before the text in the same user message."""
+    image_tokens: int | None = None
+    """What the server counts for those images (None: it could not count them); `tokens` is the text's."""
 
 
-def chat_messages(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
+def chat_messages(text: str, image_urls: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One user message; with images, a list of content parts (images first, as vLLM's examples put them)."""
+    if not image_urls:
+        return [{"role": "user", "content": text}]
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url}} for url in image_urls]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
 
 
 class ServerTokenizer:
@@ -67,17 +76,32 @@ class ServerTokenizer:
     async def max_model_len(self) -> int:
         return int((await self._post("/tokenize", {"prompt": "a"}))["max_model_len"])
 
+    async def image_tokens(self, image_url: str) -> int | None:
+        """Prompt tokens one image adds to a chat message (its placeholders included); None when the
+        server refuses to count it (a text-only model answers 400)."""
+        path = "/tokenize"
+        status, data = await self._answer(path, {"messages": chat_messages("", [image_url])})
+        if status in (400, 422):
+            return None
+        return int(self._checked(path, status, data)["count"]) - await self.count("chat", "")
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._checked(path, *await self._answer(path, body))
+
+    async def _answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         async with self._http.post(path, json={"model": self._model, **body}) as reply:
-            if reply.status == 404:
-                raise EngineError(
-                    f"{self._url}{path} does not exist; the load tester builds exact prompts with the "
-                    "server's tokenizer, which vLLM serves at /tokenize and /detokenize"
-                )
-            if reply.status != 200:
-                raise EngineError(f"{self._url}{path} answered {reply.status}: {(await reply.text())[:200]}")
-            data: dict[str, Any] = await reply.json()
-            return data
+            return reply.status, await reply.json() if reply.status == 200 else (await reply.text())[:200]
+
+    def _checked(self, path: str, status: int, data: Any) -> dict[str, Any]:
+        if status == 404:
+            raise EngineError(
+                f"{self._url}{path} does not exist; the load tester builds exact prompts with the "
+                "server's tokenizer, which vLLM serves at /tokenize and /detokenize"
+            )
+        if status != 200:
+            raise EngineError(f"{self._url}{path} answered {status}: {data}")
+        checked: dict[str, Any] = data
+        return checked
 
 
 async def build_prompts(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from appliance import markdown
-from appliance.loadtest.report import LoadReport, report_json
+from appliance.loadtest.report import KINDS, KindReport, LoadReport, report_json
 from appliance.loadtest.stats import Distribution
 
 __all__ = ["MetricRow", "format_number", "metric_rows", "render_markdown", "write_reports"]
@@ -63,8 +63,36 @@ def metric_rows(reports: Sequence[LoadReport]) -> tuple[MetricRow, ...]:
         row("send lag p99", "ms", [r.send_lag.p99 for r in reports]),
         row("exact prompt lengths", "%", [100 * r.prompt_exact_share for r in reports], True),
         row("generator CPU", "% of a core", [100 * r.generator_cpu_share for r in reports]),
+        row("client errors (4xx)", "", [r.client_errors for r in reports]),
+        row("server errors", "", [r.server_errors for r in reports]),
     ]
+    if any("image" in r.by_kind for r in reports):
+        rows += [
+            row("decode stalls in an image prefill", "", [r.stalls.image_count for r in reports]),
+            row("image prefill stall time", "s", [r.stalls.image_total_s for r in reports]),
+        ]
+        rows += [row(f"{name} ({kind})", unit, [_kind_value(r, kind, value) for r in reports], better)
+                 for kind in KINDS for name, unit, value, better in _BY_KIND]  # fmt: skip
     return tuple(rows)
+
+
+_BY_KIND: tuple[tuple[str, str, Callable[[KindReport], float | None], bool], ...] = (
+    ("requests", "", lambda k: k.sent, False),
+    ("requests completed", "", lambda k: k.completed, True),
+    ("client errors (4xx)", "", lambda k: k.client_errors, False),
+    ("TTFT p50", "ms", lambda k: k.ttft.p50, False),
+    ("TTFT p99", "ms", lambda k: k.ttft.p99, False),
+    ("E2E p50", "ms", lambda k: k.e2e.p50, False),
+    ("E2E p99", "ms", lambda k: k.e2e.p99, False),
+    ("TPOT p50", "ms", lambda k: k.tpot.p50, False),
+    ("goodput share", "%", lambda k: 100 * k.goodput.share, True),
+)
+"""Rows that split text and image requests: (name, unit, value of a KindReport, higher is better)."""
+
+
+def _kind_value(report: LoadReport, kind: str, value: Callable[[KindReport], float | None]) -> float | None:
+    found = report.by_kind.get(kind)
+    return None if found is None else value(found)
 
 
 def _dist(report: LoadReport, key: str) -> Distribution:
@@ -82,7 +110,8 @@ def render_markdown(reports: Sequence[LoadReport], plots: Sequence[Path] = ()) -
     for r in reports:
         errors = ", ".join(f"{kind} × {n}" for kind, n in sorted(r.errors.items())) or "none"
         lines += [
-            f"**{r.run.label}**: errors {errors}. Goodput SLO: TTFT ≤ {r.goodput.slo_ttft_ms:.0f} ms and TPOT ≤ "
+            f"**{r.run.label}**: errors {errors} ({r.client_errors} refused as invalid (4xx, client errors), "
+            f"{r.server_errors} server errors). Goodput SLO: TTFT ≤ {r.goodput.slo_ttft_ms:.0f} ms and TPOT ≤ "
             f"{r.goodput.slo_itl_ms:.0f} ms. A decode stall is a gap in one stream inside which another request's "
             f"first token arrived more than {r.stalls.margin_ms:.1f} ms after that stream's previous token.",
             "",

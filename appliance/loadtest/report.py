@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -22,6 +23,7 @@ from appliance.loadtest.stats import (
     TimeBin,
     detect_stalls,
     distribution,
+    error_class,
     error_counts,
     goodput,
     inter_token_gaps,
@@ -30,7 +32,10 @@ from appliance.loadtest.stats import (
     tpot_s,
 )
 
-__all__ = ["LoadReport", "RunFacts", "load_report", "report_json", "summarize"]
+__all__ = ["KINDS", "KindReport", "LoadReport", "RunFacts", "load_report", "report_json", "summarize"]
+
+KINDS = ("text", "image")
+"""Request kinds a report splits its latencies by: with images or without."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,24 @@ class RunFacts:
     duration_s: float
     generator_cpu_s: float
     """CPU time the load generator's own process used while sending."""
+
+
+@dataclass(frozen=True, slots=True)
+class KindReport:
+    """The latencies and goodput of one kind of request (text or image) within a run."""
+
+    sent: int
+    completed: int
+    client_errors: int
+    server_errors: int
+    ttft: Distribution
+    e2e: Distribution
+    tpot: Distribution
+    goodput: Goodput
+    """Its share is over this kind's requests; its rate over the whole run."""
+    images: int
+    """Images sent (repeats included)."""
+    images_reused: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +98,24 @@ class LoadReport:
     generator_cpu_share: float
     """Generator CPU seconds per wall second (1.0 is one core busy)."""
     traces: tuple[RequestTrace, ...]
+    client_errors: int = 0
+    """Requests the server refused as invalid (HTTP 4xx): the run goes on, and they are not server failures."""
+    server_errors: int = 0
+    """Every other failed request: 5xx, broken or unfinished streams, timeouts, connection failures."""
+    by_kind: Mapping[str, KindReport] = field(default_factory=lambda: MappingProxyType({}))
+    """Text and image requests apart (only the kinds the run sent)."""
 
 
 def summarize(run: RunFacts, workload: WorkloadConfig, traces: Sequence[RequestTrace]) -> LoadReport:
     """The report of a finished run."""
     ok = [t for t in traces if t.ok]
     duration = max(run.duration_s, 1e-9)
-    ttfts = [t.first_token_s - t.sent_s for t in ok if t.first_token_s is not None]
     gaps = [end - start for t in ok for start, end in inter_token_gaps(t)]
-    tpots = [v for t in ok if (v := tpot_s(t)) is not None]
     output = sum(t.output_tokens for t in ok)
     prompt = sum(t.prompt_tokens or 0 for t in ok)
-    exact = sum(1 for t in traces if t.prompt_tokens == t.prompt_tokens_planned)
+    exact = sum(1 for t in traces if t.prompt_tokens is not None and t.prompt_tokens == _planned_prompt(t))
+    kinds = {kind: [t for t in traces if (kind == "image") == bool(t.images)] for kind in KINDS}
+    errors = Counter(error_class(t.error) for t in traces if t.error is not None)
     return LoadReport(
         run=run,
         workload=workload,
@@ -94,10 +123,10 @@ def summarize(run: RunFacts, workload: WorkloadConfig, traces: Sequence[RequestT
         completed=len(ok),
         failed=len(traces) - len(ok),
         errors=MappingProxyType(error_counts(traces)),
-        ttft=distribution(ttfts),
+        ttft=_ttft(ok),
         itl=distribution(gaps),
-        tpot=distribution(tpots),
-        e2e=distribution([t.done_s - t.sent_s for t in ok]),
+        tpot=_tpot(ok),
+        e2e=_e2e(ok),
         request_throughput=len(ok) / duration,
         output_throughput=output / duration,
         total_throughput=(output + prompt) / duration,
@@ -108,7 +137,40 @@ def summarize(run: RunFacts, workload: WorkloadConfig, traces: Sequence[RequestT
         prompt_exact_share=exact / len(traces) if traces else 0.0,
         generator_cpu_share=run.generator_cpu_s / duration,
         traces=tuple(traces),
+        client_errors=errors["client"],
+        server_errors=errors["server"],
+        by_kind=MappingProxyType({k: _kind(ts, workload, duration) for k, ts in kinds.items() if ts}),
     )
+
+
+def _kind(traces: Sequence[RequestTrace], workload: WorkloadConfig, duration: float) -> KindReport:
+    ok = [t for t in traces if t.ok]
+    errors = Counter(error_class(t.error) for t in traces if t.error is not None)
+    return KindReport(
+        sent=len(traces), completed=len(ok), client_errors=errors["client"], server_errors=errors["server"],
+        ttft=_ttft(ok), e2e=_e2e(ok), tpot=_tpot(ok),
+        goodput=goodput(traces, workload.slo_ttft_ms, workload.slo_itl_ms, duration),
+        images=sum(t.images for t in traces), images_reused=sum(t.images_reused for t in traces),
+    )  # fmt: skip
+
+
+def _ttft(ok: Sequence[RequestTrace]) -> Distribution:
+    return distribution([t.first_token_s - t.sent_s for t in ok if t.first_token_s is not None])
+
+
+def _tpot(ok: Sequence[RequestTrace]) -> Distribution:
+    return distribution([v for t in ok if (v := tpot_s(t)) is not None])
+
+
+def _e2e(ok: Sequence[RequestTrace]) -> Distribution:
+    return distribution([t.done_s - t.sent_s for t in ok])
+
+
+def _planned_prompt(trace: RequestTrace) -> int | None:
+    """The prompt length the server should count: the text's, plus its images' when they were counted."""
+    if not trace.images:
+        return trace.prompt_tokens_planned
+    return None if trace.image_tokens_planned is None else trace.prompt_tokens_planned + trace.image_tokens_planned
 
 
 def report_json(report: LoadReport) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Run a workload against an OpenAI-compatible server and return a LoadReport.
 
 The one entry point, `run_loadtest`, finds the served model, checks the workload against the
-server's context limit, builds exact-length prompts with the server's tokenizer and warms each
-request kind up (both before the clock starts), sends the requests and summarizes what came back.
+server's context limit (images included, as the server counts them), builds exact-length prompts
+with the server's tokenizer and the workload's images, and warms each request kind up (all before
+the clock starts), sends the requests and summarizes what came back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import aiohttp
 from appliance.config.schema import WorkloadConfig
 from appliance.errors import ConfigError, EngineError
 from appliance.loadtest.generator import LoadProgress, Requests, RunWindow, drive, warm_up
+from appliance.loadtest.images import attach_images, build_images, probe_urls
 from appliance.loadtest.prompts import ServerTokenizer, build_prompts
 from appliance.loadtest.report import LoadReport, RunFacts, summarize
 from appliance.loadtest.workload import check_workload, plan_requests
@@ -74,16 +76,21 @@ async def _prepare(
     """The served model and the run's requests with their prompts, warmed up."""
     model = await _served_model(http, url)
     tokenizer = ServerTokenizer(http, url, model)
-    problems = check_workload(workload, await tokenizer.max_model_len())
+    probes = probe_urls(workload) if workload.images.share > 0 else {}
+    image_tokens = {size: await tokenizer.image_tokens(probe) for size, probe in probes.items()}
+    counted = {size: n for size, n in image_tokens.items() if n is not None}
+    problems = check_workload(workload, await tokenizer.max_model_len(), counted)
     if problems:
         raise ConfigError(tuple(problems))
     # Only arrivals inside the send window get a prompt (a long soak passes a huge --max-requests).
     planned = tuple(p for p in plan_requests(workload, window.max_requests) if (p.at_s or 0.0) < window.duration_s)
     progress(LoadProgress("prompts", len(planned), 0, 0, 0))
     prompts = await build_prompts(tokenizer, planned, workload.shared_prefix_tokens, workload.seed)
-    requests = tuple(zip(planned, prompts, strict=True))
+    texts = tuple(zip(planned, prompts, strict=True))
+    images = build_images(workload, planned)
+    requests = attach_images(texts, lambda image: images[image.key], image_tokens)
     progress(LoadProgress("warm-up", len(planned), 0, 0, 0))
-    await warm_up(http, model, requests)
+    await warm_up(http, model, attach_images(texts, lambda image: probes[image.size], image_tokens))
     return model, requests
 
 

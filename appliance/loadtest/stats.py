@@ -8,6 +8,8 @@ a[k-1] + margin < first(B) <= a[k]. B's first token marks the end of B's prefill
 overlaps B's prefill interval (send(B), first(B)], and the step that finished that prefill gave A
 no token: the signature of phase-exclusive scheduling. Under mixed scheduling the same step also
 decodes A, whose token is delivered with (just before) B's first token, so the gap does not count.
+A stall is an image stall when a request that carried images is among those whose first token
+arrived inside the gap: the step that stalled the stream ran that image's vision encoder and prefill.
 The margin is two median TPOTs (at least 1 ms): delivery of one step's tokens to different streams
 jitters by a few milliseconds on a loaded host, and a prefill shorter than two decode periods is
 not worth calling a stall. TPOT rather than the raw inter-chunk gap sets it, because a lagging
@@ -22,6 +24,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy
 
@@ -35,6 +38,7 @@ __all__ = [
     "TimeBin",
     "detect_stalls",
     "distribution",
+    "error_class",
     "error_counts",
     "goodput",
     "inter_token_gaps",
@@ -67,6 +71,8 @@ class Stall:
     end_s: float
     cause: int
     """The request whose prefill finished inside the gap."""
+    image: bool = False
+    """A request with images finished its prefill inside the gap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class StallSummary:
     """Stalled gap time over all inter-token gap time."""
     margin_ms: float
     stalls: tuple[Stall, ...]
+    image_count: int = 0
+    """Stalls during which an image request's prefill finished (module docstring)."""
+    image_total_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +142,21 @@ def detect_stalls(traces: Sequence[RequestTrace], margin_s: float) -> StallSumma
     """Gaps in any stream during which another request's prefill finished (module docstring)."""
     firsts = sorted((first, t.index) for t in traces if (first := t.first_token_s) is not None)
     times = [f for f, _ in firsts]
+    with_images = {t.index for t in traces if t.images}
     stalls, gap_total = [], 0.0
     for trace in traces:
         for start, end in inter_token_gaps(trace):
             gap_total += end - start
             lo = bisect.bisect_right(times, start + margin_s)
             hi = bisect.bisect_right(times, end)
-            cause = next((firsts[i][1] for i in range(lo, hi) if firsts[i][1] != trace.index), None)
-            if cause is not None:
-                stalls.append(Stall(trace.index, start, end, cause))
+            causes = [firsts[i][1] for i in range(lo, hi) if firsts[i][1] != trace.index]
+            if causes:
+                stalls.append(Stall(trace.index, start, end, causes[0], image=not with_images.isdisjoint(causes)))
     total = sum(s.end_s - s.start_s for s in stalls)
     share = total / gap_total if gap_total else 0.0
-    return StallSummary(len(stalls), total, share, margin_s * 1000.0, tuple(stalls))
+    image = [s for s in stalls if s.image]
+    return StallSummary(len(stalls), total, share, margin_s * 1000.0, tuple(stalls), len(image),
+                        sum(s.end_s - s.start_s for s in image))  # fmt: skip
 
 
 def goodput(traces: Sequence[RequestTrace], slo_ttft_ms: float, slo_itl_ms: float, duration_s: float) -> Goodput:
@@ -172,3 +184,9 @@ def throughput_timeline(traces: Sequence[RequestTrace], duration_s: float, bins:
 
 def error_counts(traces: Sequence[RequestTrace]) -> dict[str, int]:
     return dict(Counter(t.error for t in traces if t.error is not None))
+
+
+def error_class(kind: str) -> Literal["client", "server"]:
+    """`client` when the server refused the request as invalid (HTTP 4xx: too many images, an image it
+    cannot decode, an image for a text-only model); `server` for every other failure of a request."""
+    return "client" if kind.startswith("http-4") else "server"
