@@ -9,8 +9,6 @@ string, so the server receives identical bytes.
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -18,33 +16,29 @@ import numpy
 from PIL import Image
 
 from appliance.config.schema import WorkloadConfig
+from appliance.data_urls import ImageFormat, data_url, encode
 from appliance.loadtest.prompts import BuiltPrompt
 from appliance.loadtest.workload import PlannedImage, PlannedRequest, image_sizes
 
 __all__ = ["PROBE_KEY", "attach_images", "build_images", "image_bytes", "image_data_url", "probe_urls"]
 
-_MIME = {"png": "image/png", "jpeg": "image/jpeg"}
-_JPEG_QUALITY = 90
 PROBE_KEY = -1
 """Key of the images that count tokens and warm up: never one of the run's, so no cache has seen those."""
 
 
-def image_bytes(seed: int, key: int, width: int, height: int, fmt: str) -> bytes:
+def image_bytes(seed: int, key: int, width: int, height: int, fmt: ImageFormat) -> bytes:
     """One encoded image whose pixels depend only on (seed, key, size)."""
-    rng = numpy.random.default_rng([seed, key + 1, width, height])  # numpy seeds must be non-negative
-    pixels = rng.integers(0, 256, size=(height, width, 3), dtype=numpy.uint8)
-    out = io.BytesIO()
-    if fmt == "jpeg":
-        Image.fromarray(pixels).save(out, format="JPEG", quality=_JPEG_QUALITY)
-    else:
-        Image.fromarray(pixels).save(out, format="PNG")
-    return out.getvalue()
+    return encode(_pixels(seed, key, width, height), fmt)
 
 
-def image_data_url(seed: int, key: int, width: int, height: int, fmt: str) -> str:
+def image_data_url(seed: int, key: int, width: int, height: int, fmt: ImageFormat) -> str:
     """The image as the `url` of an OpenAI `image_url` content part."""
-    encoded = base64.b64encode(image_bytes(seed, key, width, height, fmt)).decode()
-    return f"data:{_MIME[fmt]};base64,{encoded}"
+    return data_url(_pixels(seed, key, width, height), fmt)
+
+
+def _pixels(seed: int, key: int, width: int, height: int) -> Image.Image:
+    rng = numpy.random.default_rng([seed, key + 1, width, height])  # numpy seeds must be non-negative
+    return Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=numpy.uint8))
 
 
 def build_images(workload: WorkloadConfig, planned: Iterable[PlannedRequest]) -> Mapping[int, str]:

@@ -9,8 +9,6 @@ reply counts when the engine answered it with at least one token: the serving pa
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import os
 import time
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from appliance.data_urls import data_url
 from appliance.errors import EngineError
 from appliance.quality.evalset import EvalImage, EvalItem, EvalSet, is_correct
 
@@ -111,9 +110,7 @@ def _content(item: EvalItem) -> str | list[dict[str, Any]]:
 def _png(image: EvalImage) -> str:
     from PIL import Image  # Pillow: only for sets with images
 
-    buffer = io.BytesIO()
-    Image.new("RGB", (image.width, image.height), image.colour).save(buffer, "PNG")
-    return f"data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}"
+    return data_url(Image.new("RGB", (image.width, image.height), image.colour), "png")
 
 
 async def _request(http: httpx.AsyncClient, method: str, path: str, body: object = None) -> dict[str, Any]:
