@@ -11,8 +11,6 @@ interpreter (tests/engine_side/processor_tokens.py), not by a formula of this te
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import subprocess
 from pathlib import Path
@@ -22,6 +20,7 @@ import httpx
 from PIL import Image
 
 from appliance.config.schema import WorkloadConfig
+from appliance.data_urls import ImageFormat, data_url
 from appliance.plan import LaunchPlan
 from appliance.quality.evalset import VISION_EVAL_SET
 from appliance.rollout.gates import EvalMode, GateSettings, eval_mode, judge, measure
@@ -33,10 +32,8 @@ VISION_MODEL = "appliance/tiny-qwen2.5-vl"
 PREDICT = Path(__file__).parent / "engine_side" / "processor_tokens.py"
 
 
-def image_url(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), fmt: str = "PNG") -> str:
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), colour).save(buf, fmt)
-    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
+def image_url(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), fmt: ImageFormat = "png") -> str:
+    return data_url(Image.new("RGB", (width, height), colour), fmt)
 
 
 def messages(*urls: str, text: str = "What colour is the square?") -> list[dict[str, Any]]:
@@ -66,7 +63,7 @@ def predicted_tokens(plan: LaunchPlan, requests: list[list[dict[str, Any]]]) -> 
 def test_images_of_different_sizes_cost_the_tokens_the_processor_predicts(vision_appliance: Served) -> None:
     sizes = [(56, 56), (224, 224), (448, 308), (308, 448), (640, 480)]
     requests = [messages(image_url(w, h)) for w, h in sizes]
-    requests.append(messages(image_url(56, 56), image_url(112, 112, (20, 20, 220), "JPEG")))  # two, PNG and JPEG
+    requests.append(messages(image_url(56, 56), image_url(112, 112, (20, 20, 220), "jpeg")))  # two, PNG and JPEG
     got = []
     for request in requests:
         reply = chat(vision_appliance, request)
