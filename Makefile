@@ -66,7 +66,7 @@ $(VENV)/.installed: pyproject.toml | $(TOOLS)/.installed
 engine-cpu: tools
 	@$(STEPS) $(CPU_STEP)
 
-$(CPU_ENGINE)/.appliance-engine-ok: build/cpu/requirements.txt build/cpu/requirements.lock build/cpu/install.sh build/cpu/torchvision_ops.py | $(TOOLS)/.installed
+$(CPU_ENGINE)/.appliance-engine-ok: build/cpu/requirements.txt build/cpu/requirements.lock build/cpu/install.sh build/cpu/engine_site.py | $(TOOLS)/.installed
 	UV=$(UV) bash build/cpu/install.sh $(CPU_ENGINE)
 
 # The ttnn probe environment: `appliance check` counts chips with it, and its tests need it.

@@ -1,7 +1,7 @@
 """The embedded vision model served by the real CPU engine through `appliance serve model=tiny_vl`
 (`vision_appliance`): images in OpenAI chat requests become the prompt tokens the checkpoint's own processor
-predicts (the plan's pixel cap applied), and bad images, one too many included, get the engine's 4xx while the
-engine goes on serving.
+predicts (the plan's pixel cap applied), and bad images (undecodable, over vLLM's pixel limit, one too many) get the
+engine's 4xx while the engine goes on serving.
 
 The model's weights are random (no registry package carries a vision model's weights: models/tiny_vl.yaml), so
 its answers are not judged; its processor and chat template are Qwen2.5-VL's real ones, recorded in
@@ -11,8 +11,11 @@ interpreter (tests/engine_side/processor_tokens.py), not by a formula of this te
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,17 @@ PREDICT = Path(__file__).parent / "engine_side" / "processor_tokens.py"
 
 def image_url(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), fmt: ImageFormat = "png") -> str:
     return data_url(Image.new("RGB", (width, height), colour), fmt)
+
+
+def png_header(width: int, height: int) -> str:
+    """A PNG whose header claims `width`x`height` (signature, IHDR and an empty IEND: no pixel data)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+    return f"data:image/png;base64,{base64.b64encode(png).decode()}"
 
 
 def messages(*urls: str, text: str = "What colour is the square?") -> list[dict[str, Any]]:
@@ -77,6 +91,9 @@ def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(vision_applianc
                                                                  shared_appliance: Served) -> None:  # fmt: skip
     undecodable = chat(vision_appliance, messages("data:image/png;base64,AAAA"))
     assert undecodable.status_code == 400 and "image" in undecodable.json()["error"]["message"].lower()
+    # 20000x20000 px in its header (its pixel data a stub: nothing is decoded before the size is judged).
+    oversized = chat(vision_appliance, messages(png_header(20000, 20000)))
+    assert oversized.status_code == 400 and "exceed the maximum" in oversized.json()["error"]["message"], oversized.text
     three = chat(vision_appliance, messages(*[image_url(56, 56)] * 3))  # serving.max_images_per_prompt: 2 (the row's)
     assert three.status_code == 400 and "At most 2 image(s)" in three.json()["error"]["message"], three.text
     to_text_model = chat(shared_appliance, messages(image_url(56, 56)), model=MODEL)

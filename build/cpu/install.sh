@@ -9,7 +9,7 @@
 #                                hash, into VENV_DIR/../.wheels (default: https://download.pytorch.org/whl/cpu)
 #
 # Idempotent: on success it writes VENV_DIR/.appliance-engine-ok holding the
-# sha256 of requirements.txt and torchvision_ops.py; a rerun with both unchanged exits at once.
+# sha256 of requirements.txt and engine_site.py; a rerun with both unchanged exits at once.
 # requirements.txt fixes what the venv holds; requirements.lock (build/cpu/lock.sh)
 # holds the same versions plus transient.txt, each with its file hashes, and is
 # what uv installs (--require-hashes), so a tampered or rebuilt wheel fails. uv, not pip: the same
@@ -24,9 +24,9 @@
 # versions the resolver picks (no backtracking) and removed right after.
 # torchvision stays (the vision models' image processors import it): its C++
 # operators link CUDA and do not load, and its import would then fail with
-# "operator torchvision::nms does not exist"; torchvision_ops.py, installed into
-# site-packages with a .pth line, defines the two schemas it needs first (see
-# there). The venv is then checked to hold exactly the pinned set.
+# "operator torchvision::nms does not exist"; engine_site.py, installed into
+# site-packages with a .pth line, defines the two schemas it needs first, and
+# leaves oversized images to vLLM's own 400 (see there). The venv is then checked to hold exactly the pinned set.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,7 +46,7 @@ mapfile -t removed < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' -e 's/==.*//' "$h
 
 log() { printf '[install-cpu-engine] %s\n' "$*" >&2; }
 
-shim="$here/torchvision_ops.py"
+shim="$here/engine_site.py"
 # The stamp holds the hash of the pins and of the shim: a change to either rebuilds.
 want="$(cat "$req" "$shim" | sha256sum | cut -d' ' -f1)"
 up_to_date() {
@@ -171,10 +171,10 @@ if ((${#extras[@]})); then
 fi
 check_env strict
 
-log "installing the torchvision shim (torchvision_ops.py, a .pth line)"
+log "installing engine_site.py (torchvision's two schemas, Pillow's limit left to vLLM) with a .pth line"
 site="$("$vpy" -I -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
-cp "$shim" "$site/appliance_torchvision_ops.py"
-printf 'import appliance_torchvision_ops; appliance_torchvision_ops.install()\n' >"$site/appliance_torchvision_ops.pth"
+cp "$shim" "$site/appliance_engine_site.py"
+printf 'import appliance_engine_site; appliance_engine_site.install()\n' >"$site/appliance_engine_site.pth"
 
 # Importing the engine's server module also writes the bytecode of exactly what a boot imports
 # (the environment may forbid it: PYTHONDONTWRITEBYTECODE).

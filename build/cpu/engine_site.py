@@ -1,12 +1,18 @@
-"""Lets PyPI's torchvision import in the cpu engine, whose torch is 2.13.0+cpu (installed with a .pth line).
+"""What the appliance adds to the cpu engine's interpreter start (installed into site-packages with a .pth line).
 
-vLLM 0.32 serves vision models through transformers 5.19's image processors, which import torchvision. PyPI has
-only CUDA builds of torchvision 0.28.0 (the release made for torch 2.13): its C++ operators link libtorch_cuda and
-do not load against the CPU torch, and torchvision handles that (`extension._has_ops()` is then False, and every
-operator is refused when called) except in `_meta_registrations`, whose fake kernels for `nms` and `qnms` are
-registered unguarded and fail with "operator torchvision::nms does not exist". Defining those two schemas first,
-only when the operators did not load, lets torchvision import; the image processors use its tensor transforms,
-not its operators, so nothing that runs is changed. An engine with a working torchvision skips this.
+torchvision. vLLM 0.32 serves vision models through transformers 5.19's image processors, which import
+torchvision. PyPI has only CUDA builds of torchvision 0.28.0 (the release made for torch 2.13): its C++ operators
+link libtorch_cuda and do not load against the CPU torch, and torchvision handles that (`extension._has_ops()` is
+then False, and every operator is refused when called) except in `_meta_registrations`, whose fake kernels for `nms`
+and `qnms` are registered unguarded and fail with "operator torchvision::nms does not exist". Defining those two
+schemas first, only when the operators did not load, lets torchvision import; the image processors use its tensor
+transforms, not its operators, so nothing that runs is changed. An engine with a working torchvision skips this.
+
+Pillow's decompression-bomb guard. vLLM checks an image's size against VLLM_MAX_IMAGE_PIXELS right after
+`Image.open` has read its header, and refuses a larger one with a 400; but `Image.open` itself raises Pillow's
+DecompressionBombError first for an image over twice `Image.MAX_IMAGE_PIXELS` (178,956,970 px), which vLLM answers
+with a 500. With Pillow's own limit off (`MAX_IMAGE_PIXELS = None`, its documented setting), vLLM's check is the one
+that applies, before anything is decoded: an oversized image is the client's error, never the server's.
 """
 
 from __future__ import annotations
@@ -54,4 +60,7 @@ def _defined(op: str) -> bool:
 
 
 def install() -> None:
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = None
     sys.meta_path.insert(0, _DefineBeforeMetaRegistrations())
