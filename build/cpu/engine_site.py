@@ -43,7 +43,7 @@ class _DefineBeforeMetaRegistrations:
         if not torchvision.extension._has_ops():
             library = torch.library.Library("torchvision", "FRAGMENT")
             for op in _UNGUARDED:
-                if not _defined(op):  # another copy of this finder may have run first
+                if not _defined(op):  # a second install() (two .pth lines) must not define them twice
                     library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
             _libraries.append(library)
         return None  # the regular finders import the module itself
