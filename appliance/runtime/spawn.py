@@ -40,10 +40,13 @@ def engine_environment(plan: LaunchPlan, base: Mapping[str, str], placement: Pla
     return env
 
 
-def engine_placement(plan: LaunchPlan, name: str) -> Placement | None:
-    """Where `plan`'s engine runs on the host (its engine.host_share), its cgroup named `name`; None: unbounded."""
+def engine_placement(plan: LaunchPlan, name: str | None = None) -> Placement | None:
+    """Where `plan`'s engine runs on the host (its engine.host_share), its cgroup named `name` (default: the
+    engine's port's); None: unbounded."""
     share = plan.host_share
-    return None if share is None else placement_for(name, share.weight, share.reserve_cores, plan.env.get(BIND))
+    if share is None:
+        return None
+    return placement_for(name or f"engine-{plan.port}", share.weight, share.reserve_cores, plan.env.get(BIND))
 
 
 def _engine_child(placement: Placement | None) -> None:
@@ -57,17 +60,17 @@ def _engine_child(placement: Placement | None) -> None:
 
 
 async def spawn_engine(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str, placement: Placement | None
+    argv: Sequence[str], env: Mapping[str, str], cwd: str, placement: Placement | None, *, stdin: int | None = None
 ) -> asyncio.subprocess.Process:
     """The engine in a process group of its own, at its `placement`, in `cwd`: never the operator's directory,
     whose stray `re.py` or `torch/` would shadow the engine's imports (`python -m` puts the working directory
-    first)."""
+    first). `stdin`: none (the default), or a pipe for an engine that waits to be told to go."""
     Path(cwd).mkdir(parents=True, exist_ok=True)
     return await asyncio.create_subprocess_exec(
         *argv,
         env=dict(env),
         cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else stdin,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         preexec_fn=functools.partial(_engine_child, placement),

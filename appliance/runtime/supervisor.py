@@ -195,7 +195,7 @@ class EngineSupervisor:
     def _place(self) -> None:
         """Take the engine's place on the host before it spawns (serve's preflight refused a reserve that leaves it
         no core), said once for each place it takes."""
-        placement = engine_placement(self.plan, f"engine-{self.plan.port}")
+        placement = engine_placement(self.plan)
         if placement is not None and placement != self._placement:
             log.log(logging.WARNING if placement.warning else logging.INFO, "%s host share: %s",
                     self.name, placement.warning or placement.describe())  # fmt: skip
