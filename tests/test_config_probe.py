@@ -68,7 +68,8 @@ def test_serve_stops_at_the_engines_refusal_before_the_engine_spawns(tmp_path: P
 
 def test_serve_boots_the_engine_in_the_process_that_gave_its_verdict(shared_appliance: Served) -> None:
     """vLLM is imported once for the verdict and the boot: the engine serving is the probe's gate, let go."""
-    state = shared_appliance.api().state()
+    with shared_appliance.api() as api:
+        state = api.state()
     assert state.pid is not None and state.restarts == 0
     argv = Path(f"/proc/{state.pid}/cmdline").read_bytes().decode().split("\0")
     assert argv[1].endswith("appliance_probe.py") and argv[2] == "gate", argv
