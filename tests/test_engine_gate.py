@@ -20,9 +20,10 @@ from appliance.plan import ENGINE_MODULE, LaunchPlan
 from appliance.preflight.engine_gate import GatedEngine, verdict_in_engine
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
+from appliance.runtime.spawn import engine_placement
 from appliance.runtime.supervisor import EngineSupervisor
 
-from .helpers import fake_plan, group_gone, wait_for
+from .helpers import cpu_plan, fake_plan, group_gone, wait_for
 
 FAKE_GATE = Path(__file__).with_name("fake_gate.py")
 
@@ -71,12 +72,16 @@ async def test_the_first_boot_is_the_process_that_gave_the_verdict_and_a_restart
     assert "a line the engine logs" not in log.path.read_text()  # the gate's own lines are the verdict's
 
 
-async def test_a_refusal_leaves_nothing_running(tmp_path: Path) -> None:
-    gate = await GatedEngine.start(gated_plan(tmp_path, "--refuse"), os.environ)
+async def test_a_refusal_leaves_nothing_running_and_no_cgroup(tmp_path: Path) -> None:
+    plan = replace(gated_plan(tmp_path, "--refuse"), host_share=cpu_plan(tmp_path).host_share)  # the engine's share
+    placement = engine_placement(plan)
+    assert placement is not None
+    gate = await GatedEngine.start(plan, os.environ)
     pid = gate.pid
     verdict = await gate.judge()
     assert not verdict.accepted and verdict.refusal == "ValueError: refused on request"
     assert gate.pid is None and pid is not None and group_gone(pid)
+    assert placement.group is None or not Path(placement.group).exists()  # nice where no cgroup can be written
 
 
 @pytest.mark.parametrize(("arg", "says"), [("--crash", "exited 1 without a result: INFO a line the engine logs "

@@ -45,10 +45,13 @@ class GatedEngine:
     """The engine's process, importing and then waiting to be told to judge and to go; its `spawn` (a supervisor's
     SpawnFn) lets it go the first time."""
 
-    def __init__(self, plan: LaunchPlan, proc: asyncio.subprocess.Process, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, plan: LaunchPlan, proc: asyncio.subprocess.Process, env: Mapping[str, str], placement: Placement | None
+    ) -> None:
         self._plan = plan
         self._proc: asyncio.subprocess.Process | None = proc
         self._env = dict(env)
+        self._placement = placement
 
     @classmethod
     async def start(cls, plan: LaunchPlan, environ: Mapping[str, str]) -> GatedEngine:
@@ -56,7 +59,7 @@ class GatedEngine:
         placement = engine_placement(plan)
         env = engine_environment(plan, environ, placement)
         proc = await spawn_engine(gated_argv(plan), env, plan.state_dir, placement, stdin=asyncio.subprocess.PIPE)
-        return cls(plan, proc, env)
+        return cls(plan, proc, env, placement)
 
     @property
     def pid(self) -> int | None:
@@ -98,10 +101,13 @@ class GatedEngine:
         return await spawn_engine(argv, env, cwd, placement)
 
     async def close(self) -> None:
-        """Dismiss the engine if it was never let go (refused, or serve stopped before the supervisor spawned)."""
+        """Dismiss the engine if it was never let go (refused, or serve stopped before the supervisor spawned), and
+        remove its place on the host: no supervisor took it over."""
         proc, self._proc = self._proc, None
         if proc is not None:
             await _dismiss(proc)
+            if self._placement is not None:
+                self._placement.release()
 
 
 async def _tell(proc: asyncio.subprocess.Process, word: str) -> None:
