@@ -27,7 +27,18 @@ from appliance.host.discovery import Board, device_lock_name
 from appliance.host.share import Placement
 from appliance.resources import engine_plugins_dir
 
-__all__ = ["EngineEnv", "EntryPoint", "TtnnProbe", "inspect_engine", "holding_devices", "probe_ttnn", "run_probe"]
+__all__ = [
+    "EngineEnv",
+    "EntryPoint",
+    "TtnnProbe",
+    "holding_devices",
+    "inspect_engine",
+    "no_result",
+    "probe_result",
+    "probe_ttnn",
+    "run_probe",
+    "timed_out",
+]
 
 PROBE_SCRIPT = engine_plugins_dir() / "appliance_probe.py"
 MARKER = "@@appliance-probe@@ "
@@ -164,10 +175,25 @@ def run_probe(
             placement.release()
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
     if line is None:
-        tail = " ".join(stderr.split())[-300:]
-        raise LaunchError(f"{python}: the {mode} probe exited {returncode} without a result: {tail}")
+        raise no_result(python, mode, returncode, stderr)
+    return probe_result(line)
+
+
+def probe_result(line: str) -> dict[str, Any]:
+    """The JSON result of a probe's MARKER line."""
     result: dict[str, Any] = json.loads(line[len(MARKER) :])
     return result
+
+
+def no_result(python: str, mode: str, returncode: int, said: str) -> LaunchError:
+    """A probe that ended without its result line, with the end of what it said."""
+    tail = " ".join(said.split())[-300:]
+    return LaunchError(f"{python}: the {mode} probe exited {returncode} without a result: {tail}")
+
+
+def timed_out(python: str, mode: str, timeout_s: float) -> LaunchError:
+    """A probe past its bound (its process group is killed by whoever says so)."""
+    return LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s")
 
 
 def _run(python: str, mode: str, timeout_s: float, args: Sequence[str], env: Mapping[str, str] | None,
@@ -187,7 +213,7 @@ def _run(python: str, mode: str, timeout_s: float, args: Sequence[str], env: Map
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.communicate()
-                raise LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s") from None
+                raise timed_out(python, mode, timeout_s) from None
     return stdout, stderr, child.returncode
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import time
@@ -25,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from appliance.engines.config_probe import EngineVerdict, failed, gated_argv, verdict_from
-from appliance.engines.engine_env import MARKER
+from appliance.engines.engine_env import MARKER, no_result, probe_result, timed_out
 from appliance.errors import LaunchError
 from appliance.host.share import Placement
 from appliance.plan import LaunchPlan
@@ -78,9 +77,7 @@ class GatedEngine:
         except (LaunchError, TimeoutError) as error:
             await self.close()
             if isinstance(error, TimeoutError):
-                error = LaunchError(
-                    f"{plan.python}: the config probe did not finish within {plan.probe_timeout_s:.0f}s"
-                )
+                error = timed_out(plan.python, "config", plan.probe_timeout_s)
             raise failed(plan.engine, error) from None
         verdict = verdict_from(plan, data, started)
         if not verdict.accepted:
@@ -126,12 +123,9 @@ async def _verdict(proc: asyncio.subprocess.Process, python: str) -> dict[str, A
     tail: deque[str] = deque(maxlen=_TAIL)
     while line := (await proc.stdout.readline()).decode(errors="replace"):
         if line.startswith(MARKER):
-            result: dict[str, Any] = json.loads(line[len(MARKER) :])
-            return result
-        tail.append(line.strip())
-    code = await proc.wait()
-    said = " ".join(" ".join(tail).split())[-300:]
-    raise LaunchError(f"{python}: the config probe exited {code} without a result: {said}")
+            return probe_result(line)
+        tail.append(line)
+    raise no_result(python, "config", await proc.wait(), " ".join(tail))
 
 
 async def _dismiss(proc: asyncio.subprocess.Process) -> None:
