@@ -19,6 +19,7 @@ from pydantic_core import to_jsonable_python
 from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_adjustments
 from appliance.compat.contract import flag_names
 from appliance.compat.images import ImageLimits
+from appliance.compat.media import DOWNLOAD_CAP_VAR, MediaPolicy, media_policy
 from appliance.compat.reads import check_plan_reads
 from appliance.compat.validate import ValidatedConfig, is_local_path
 from appliance.config.schema import (
@@ -95,6 +96,8 @@ class LaunchPlan:
     """How the boards the engine owns are read while it serves."""
     images: ImageLimits | None = None
     """The image limits of a vision model, and what the plugin does with images; None on a text model."""
+    media: MediaPolicy | None = None
+    """Where a vision engine may fetch images from (every fetch goes through the media gate); None: text model."""
 
     def command_line(self) -> str:
         """The shell line an operator could run by hand (secrets stay as $NAME references)."""
@@ -119,7 +122,9 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     served = cfg.model.served_name or cfg.model.checkpoint
     probe_host = "127.0.0.1" if cfg.serving.host in ("0.0.0.0", "::") else cfg.serving.host
     base_url = f"http://{probe_host}:{cfg.serving.port}"
-    own_args, env = _engine_args(validated, model_path, served), _engine_env(validated)
+    state_dir = str(Path(paths.state_dir).expanduser().resolve())
+    media = _media(validated, state_dir)
+    own_args, env = _engine_args(validated, model_path, served, media), _engine_env(validated, media)
     state = validated.state
     reads = () if state is None else tuple(check_plan_reads((a for a in own_args if a.startswith("-")), env, state))
     return LaunchPlan(
@@ -143,7 +148,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         random_weights=validated.checkpoint.random_weights,
         control=cfg.control,
         supervisor=cfg.supervisor,
-        state_dir=str(Path(paths.state_dir).expanduser().resolve()),
+        state_dir=state_dir,
         log_dir=paths.log_dir,
         config_hash=validated.composed.config_hash,
         choices=validated.composed.choices,
@@ -154,11 +159,12 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         warnings=validated.warnings + reads,
         plugin_state=state.name if state else None,
         adjustments=plugin_adjustments(validated),
-        expected=MappingProxyType(_expected(validated)),
+        expected=MappingProxyType(_expected(validated, media)),
         probe_timeout_s=cfg.engine.probe_timeout_s,
         host_share=cfg.engine.host_share,
         boards=cfg.boards,
         images=validated.images,
+        media=media,
     )
 
 
@@ -186,7 +192,17 @@ def _flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
     return flat
 
 
-def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
+def _media(v: ValidatedConfig, state_dir: str) -> MediaPolicy | None:
+    serving = v.config.serving
+    if v.images is None:
+        return None
+    # vLLM 0.26.0 has no download cap (its state records the variable as not read): the media gate's is the only one.
+    caps = v.state is None or v.state.reads_env(DOWNLOAD_CAP_VAR) is not None
+    return media_policy(serving.allowed_media_domains, serving.media_redirects, serving.local_media_dir,
+                        v.images.largest_pixels, state_dir, caps)  # fmt: skip
+
+
+def _engine_args(v: ValidatedConfig, model_path: str, served: str, media: MediaPolicy | None) -> list[str]:
     """The appliance's own flags (engine.extra_args follow them in argv)."""
     cfg = v.config
     args = [
@@ -219,7 +235,7 @@ def _engine_args(v: ValidatedConfig, model_path: str, served: str) -> list[str]:
     if _phased(v):
         scheduler = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
         args += ["--scheduler-cls", f"{PHASED_MODULE}.{scheduler}"]
-    return args + _chunked_prefill_args(v) + (_image_args(v.images) if v.images else [])
+    return args + _chunked_prefill_args(v) + (_image_args(v.images) if v.images else []) + _media_args(media)
 
 
 def _image_args(images: ImageLimits) -> list[str]:
@@ -231,6 +247,15 @@ def _image_args(images: ImageLimits) -> list[str]:
     if images.processor_cache_gb is not None:
         args += ["--mm-processor-cache-gb", f"{images.processor_cache_gb:g}"]
     return args
+
+
+def _media_args(media: MediaPolicy | None) -> list[str]:
+    """vLLM's own media limits (an empty --allowed-media-domains would mean any host to vLLM: the gate refuses
+    every remote URL then)."""
+    if media is None:
+        return []
+    hosts = ["--allowed-media-domains", *media.allowed_hosts] if media.allowed_hosts else []
+    return [*hosts, "--allowed-local-media-path", media.local_dir]
 
 
 def _chunked_prefill_args(v: ValidatedConfig) -> list[str]:
@@ -251,7 +276,7 @@ def _whole_prompt_budget(v: ValidatedConfig) -> int:
     return max(v.max_context, v.max_concurrency // v.data_parallel)
 
 
-def _expected(v: ValidatedConfig) -> dict[str, Any]:
+def _expected(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, Any]:
     """The effective values the plan predicts, after the plugin's adjustments (adjust.py) and raw flags."""
     cfg, lanes = v.config, v.lane_dp
     dropped = set(dropped_features(v))
@@ -272,6 +297,8 @@ def _expected(v: ValidatedConfig) -> dict[str, Any]:
         expected["mm_processor_kwargs"] = dict(v.images.processor_kwargs) or None
         if v.images.processor_cache_gb is not None:
             expected["mm_processor_cache_gb"] = v.images.processor_cache_gb
+    if media is not None:
+        expected |= media.expected()
     if v.chunked_prefill is not None:
         expected["enable_chunked_prefill"] = v.chunked_prefill
     if v.chunked_prefill is False:
@@ -304,7 +331,7 @@ def _phased(v: ValidatedConfig) -> bool:
     return v.config.engine.scheduler == "phased" and v.engine != "tt"
 
 
-def _engine_env(v: ValidatedConfig) -> dict[str, str]:
+def _engine_env(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, str]:
     cfg = v.config
     env = {"PYTHONUNBUFFERED": "1", "HF_HOME": str(Path(cfg.paths.cache_dir) / "hf")}
     if v.engine == "tt":
@@ -317,6 +344,8 @@ def _engine_env(v: ValidatedConfig) -> dict[str, str]:
             "TT_CACHE_PATH": str(Path(cfg.paths.cache_dir) / "tt" / slug / cfg.mesh.option),
         }
     env |= v.env
+    if media is not None:
+        env |= media.engine_env()
     if _phased(v):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ENGINE_PLUGINS), v.env.get("PYTHONPATH")) if p)
     return env

@@ -35,6 +35,7 @@ from appliance.rollout.gates import GateFile
 from appliance.rollout.generation import Journal, journal_path
 from appliance.rollout.runner import Planner, Upgrader
 from appliance.runtime.engine_log import EngineLog
+from appliance.runtime.media_gate import MediaGate
 from appliance.runtime.notify import lifecycle_notifier
 from appliance.runtime.spawn import SpawnFn, spawn_engine
 from appliance.runtime.supervisor import EngineSupervisor
@@ -190,14 +191,18 @@ async def run_service(
     generations: Generations | None = None,
     boards: tuple[int, ...] = (),
     spawn: SpawnFn = spawn_engine,
+    media: MediaGate | None = None,
 ) -> int:
     """Supervise the engine and serve the control API until stopped; return the exit code.
 
     `boards`: the devices the engine owns, watched while it serves (their faults go to its fault ladder).
     `spawn`: how the engine starts (engine_gate.GatedEngine.spawn: the first boot is already waiting).
+    `media`: the vision engine's media gate, which admits the hosts of the generation being served.
     """
     engine_log = EngineLog(Path(plan.log_dir))
     sup = EngineSupervisor(plan, engine_log, spawn=spawn)
+    if media is not None:
+        media.policy = lambda: sup.plan.media
     monitor = board_monitor(plan.boards, boards, on_fault=sup.board_fault) if boards else None
     upgrader = None
     if generations is not None:

@@ -212,6 +212,7 @@ def _effective(config: Any) -> dict[str, Any]:
         "additional_config": _jsonable(getattr(config, "additional_config", None)),
         "architectures": list(getattr(model, "architectures", None) or []),
         **_multimodal(getattr(model, "multimodal_config", None)),
+        **_media(model),
     }
 
 
@@ -228,6 +229,27 @@ def _multimodal(mm: Any) -> dict[str, Any]:
         "mm_processor_kwargs": _jsonable(getattr(mm, "mm_processor_kwargs", None)),
         "mm_processor_cache_gb": getattr(mm, "mm_processor_cache_gb", None),
     }
+
+
+def _media(model: Any) -> dict[str, Any]:
+    """Where a vision model's engine fetches images from, as its own config and variables settle it: the hosts and
+    the local folder (ModelConfig), redirects and the download cap (vllm.envs; the cap is absent before 0.32), and
+    the proxy aiohttp's trust_env reads for an http URL (the appliance's media gate)."""
+    if getattr(model, "multimodal_config", None) is None:
+        return {}
+    import urllib.request
+
+    import vllm.envs as envs
+
+    found = {
+        "allowed_media_domains": list(getattr(model, "allowed_media_domains", None) or []) or None,
+        "allowed_local_media_path": getattr(model, "allowed_local_media_path", None) or None,
+        "media_url_allow_redirects": bool(envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS),
+        "media_proxy": None if urllib.request.proxy_bypass("127.0.0.1") else urllib.request.getproxies().get("http"),
+    }
+    if hasattr(envs, "VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB"):
+        found["max_media_download_size_mb"] = envs.VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB
+    return found
 
 
 def _adjusting(line: str) -> bool:

@@ -65,8 +65,11 @@ RESTARTABLE_EXTRA = (
 VISION_EXTRA = (
     'engine.extra_args=[--gpu-memory-utilization,"0.2",--enforce-eager,--dtype,float32]',
     "engine.env.VLLM_CPU_OMP_THREADS_BIND=1",
+    "serving.allowed_media_domains=[127.0.0.2,localhost]",
 )
-"""The vision appliance: the read-only one's engine settings, on the same core (the two never carry load at once)."""
+"""The vision appliance: the read-only one's engine settings, on the same core (the two never carry load at once).
+Its site lists one image host by address (127.0.0.2, fetched) and one by a name whose address it does not list
+(localhost, which the media gate refuses): everything else on 127.0.0.1 is the host's inside."""
 
 
 @dataclass

@@ -30,6 +30,7 @@ from appliance.rollout.gates import EvalMode, GateSettings, eval_mode, judge, me
 
 from .appliance_process import MODEL, Served
 from .helpers import cpu_plan
+from .media_hosts import image_host
 
 VISION_MODEL = "appliance/tiny-qwen2.5-vl"
 PREDICT = Path(__file__).parent / "engine_side" / "processor_tokens.py"
@@ -101,6 +102,39 @@ def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(vision_applianc
     assert chat(vision_appliance, messages(image_url(56, 56))).status_code == 200
     assert chat(shared_appliance, messages(), model=MODEL).status_code == 200  # text: no image part
     assert vision_appliance.state().state == shared_appliance.state().state == "ready"
+
+
+def test_an_image_url_from_a_listed_host_is_fetched_through_the_gate(vision_appliance: Served) -> None:
+    with image_host("127.0.0.2") as listed:
+        answer = chat(vision_appliance, messages(listed.url("/red.png")))
+    assert answer.status_code == 200, answer.text
+    assert listed.connections == ["/red.png"]
+
+
+def test_image_urls_reach_nothing_the_site_has_not_listed(vision_appliance: Served) -> None:
+    """Issue 54: a listener on loopback sees no connection from the engine for a URL to it, to the control API, from
+    a listed host's redirect or through a listed name that resolves to loopback; each refusal is a 4xx that names no
+    address, a local file is one too, and the engine serves on."""
+    with image_host("127.0.0.1") as inside, image_host("127.0.0.2") as listed:
+        refusals = {
+            "unlisted": inside.url("/red.png"),
+            "control API": f"{vision_appliance.control_url}/v1/state",
+            "redirect": listed.url(f"/redirect?to={inside.url('/red.png')}"),
+            "name resolving to loopback": inside.url("/red.png", host="localhost"),
+            "local file": "file:///etc/passwd",
+            "other scheme": f"ftp://127.0.0.2:{listed.port}/red.png",
+        }
+        answers = {what: chat(vision_appliance, messages(url)) for what, url in refusals.items()}
+        assert inside.connections == []
+        assert listed.connections == [f"/redirect?to={inside.url('/red.png')}"]  # fetched, not followed
+    for what, answer in answers.items():
+        assert 400 <= answer.status_code < 500, f"{what}: {answer.status_code} {answer.text}"
+        assert "root:" not in answer.text
+    assert "127.0.0.1" not in answers["name resolving to loopback"].json()["error"]["message"].replace(
+        refusals["name resolving to loopback"], ""
+    )  # only the client's own URL is echoed
+    assert chat(vision_appliance, messages(image_url(56, 56))).status_code == 200
+    assert vision_appliance.state().state == "ready"
 
 
 async def test_the_upgrade_gates_eval_on_a_vision_appliance_checks_the_serving_path(vision_appliance: Served) -> None:

@@ -149,6 +149,8 @@ def _print_plan(plan: LaunchPlan) -> None:
         out.print(f"# the plugin adjusts ({how}): {change.effect}", markup=False)
     for line in image_lines(plan.images):
         out.print(f"# {line}", markup=False)
+    if plan.media is not None:
+        out.print(f"# {plan.media.line()}", markup=False)
     out.print(plan.command_line(), markup=False)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,11 +100,24 @@ def verdict_lines(verdict: EngineVerdict) -> list[str]:
     if not verdict.accepted:
         return [f"{head} refused: {verdict.refusal}"]
     values = " ".join(f"{name}={_value(verdict.effective[key])}" for key, name in _SHOWN if key in verdict.effective)
-    lines = [f"{head} accepted", f"  effective: {values}"]
+    lines = [f"{head} accepted", f"  effective: {values}", *_media_line(verdict.effective)]
     lines += [f"  differs from the plan: {d.line()}" for d in verdict.differences]
     if not verdict.differences:
         lines.append("  as planned: every value the plan predicts is what the engine settled on")
     return lines + [f"  engine logged: {line}" for line in verdict.logged]
+
+
+def _media_line(effective: Mapping[str, Any]) -> list[str]:
+    """A vision engine's media policy as its own config and environment settled it (compat/media.py)."""
+    if "allowed_local_media_path" not in effective:
+        return []
+    hosts = effective.get("allowed_media_domains")
+    cap = effective.get("max_media_download_size_mb")
+    return [f"  media: hosts={','.join(hosts) if hosts else 'any (the media gate refuses every one)'} "
+            f"local_folder={effective['allowed_local_media_path']} "
+            f"redirects={_value(effective.get('media_url_allow_redirects'))} "
+            f"download_cap={f'{cap}MB' if cap is not None else 'none in this vLLM (the gate caps)'} "
+            f"through={effective.get('media_proxy') or 'nothing'}"]  # fmt: skip
 
 
 def verdict_json(verdict: EngineVerdict) -> dict[str, Any]:

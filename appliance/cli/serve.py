@@ -13,7 +13,7 @@ from appliance.cli import check, slots
 from appliance.cli.common import Command, err, out
 from appliance.cli.engine_verdict import engine_accepts, print_verdict, refused, validated_for
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ApiError, ConfigError, EngineError, Problem
+from appliance.errors import ApiError, ConfigError, EngineError, LaunchError, Problem
 from appliance.host.discovery import discover_host
 from appliance.plan import LaunchPlan, build_plan
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from appliance.preflight.engine_gate import GatedEngine
     from appliance.rollout.generation import Journal
     from appliance.rollout.runner import Planned, Planner
+    from appliance.runtime.media_gate import MediaGate
 
 __all__ = ["control_token", "register"]
 
@@ -33,6 +34,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from appliance.preflight.engine_gate import GatedEngine, verdict_in_engine
     from appliance.preflight.launch import secrets_from_dir
+    from appliance.runtime.media_gate import open_media_gate
     from appliance.runtime.spawn import spawn_engine
     from appliance.serve import (
         Generations,
@@ -70,12 +72,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         owned = tuple(b.index for b in host.boards) if plan.engine == "tt" else ()
 
         async def service() -> int:
+            media = await open_media_gate(plan)  # before any spawn: a vision engine fetches through it
             # The CPU engine imports vLLM while the checkpoint is checked or built (engine_gate.py).
             gate = await GatedEngine.start(plan, os.environ) if args.probe and verdict_in_engine(plan) else None
             try:
                 await asyncio.to_thread(ensure_model, plan, err.console)
                 if gate is not None:
-                    await _judged(plan, gate)
+                    await _judged(plan, gate, media)
                 elif args.probe:
                     engine_accepts(plan)
                 token = control_token(plan)
@@ -83,23 +86,28 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 out.print(f"control API: http://{plan.control.host}:{plan.control.port} ({where})", markup=False)
                 out.print(f"OpenAI API:  {plan.base_url}/v1 (model {plan.served_name!r})", markup=False)
                 spawn = spawn_engine if gate is None else gate.spawn
-                return await run_service(plan, token.value, control, checks, generations, owned, spawn)
+                return await run_service(plan, token.value, control, checks, generations, owned, spawn, media)
             finally:
                 if gate is not None:
                     await gate.close()
+                if media is not None:
+                    await media.close()
 
         return asyncio.run(service())
 
 
-async def _judged(plan: LaunchPlan, gate: GatedEngine) -> None:
+async def _judged(plan: LaunchPlan, gate: GatedEngine, media: MediaGate | None) -> None:
     """The waiting engine's verdict (preflight/engine_gate.py), printed as `plan --probe` prints it; a refusal is
-    exit 2 with nothing listening."""
+    exit 2 with nothing listening, and so is a vision engine whose fetches would not go through its media gate."""
     err.print(f"asking the engine's config code ({plan.python}) about this plan, in the engine's process ...",
               markup=False)  # fmt: skip
     verdict = await gate.judge()
     print_verdict(verdict)
     if not verdict.accepted:
         raise refused(verdict)
+    if media is not None and verdict.effective.get("media_proxy") != media.url:
+        raise LaunchError(f"the engine would fetch images through {verdict.effective.get('media_proxy') or 'no proxy'}"
+                          f", not the appliance's media gate {media.url}: nothing was started")  # fmt: skip
 
 
 def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str | None) -> Planned:

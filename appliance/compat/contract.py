@@ -50,6 +50,8 @@ PLAN_OWNED_FLAGS: Mapping[str, str] = {
     "--api-key": "serving.api_key_env",
     "--shutdown-timeout": "supervisor.shutdown_timeout_s",
     "--scheduler-cls": "engine.scheduler",
+    "--allowed-media-domains": "serving.allowed_media_domains",
+    "--allowed-local-media-path": "serving.local_media_dir",
 }
 _ADDITIONAL = "--additional-config"
 

@@ -37,6 +37,7 @@ from appliance.compat.images import ImageLimits, check_images, image_limits
 from appliance.compat.limits import check_data_parallel, check_kv_pool, check_limits, kv_pool
 from appliance.compat.long_context import check_checkpoint_context
 from appliance.compat.matrix import Architecture, Checkpoint, CompatibilityMatrix, DeviceRow, Family, same_commit
+from appliance.compat.media import check_media_env
 from appliance.compat.reads import check_env_reads
 from appliance.compat.state_set import PluginStates, cpu_vllm, load_states
 from appliance.compat.states import PluginState
@@ -148,6 +149,7 @@ def validate(
     found += check_kv_pool(kv_pool(cfg, entry.checkpoint, entry.row, engine, state, per_rank), context, per_rank,
                            max(dp, 1), cfg.mesh.option)  # fmt: skip
     found += check_extra_args(extra.args, engine, state)
+    found += check_media_env(cfg.engine.env)
     found += check_exposure(cfg)
     found += _plugin_checks(cfg, {**entry.row.tt, **cfg.tt, **extra.tt}, env, state, states)
     found += _installed_checks(entry, caps, read) if read is not None else _layout_check(entry, caps, state)

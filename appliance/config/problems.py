@@ -102,8 +102,10 @@ def schema_problem(error: Any, provenance: Mapping[str, str]) -> Problem:
         return problem("missing-key", key, f"`{key}` has no value", f"Set {key}=<value>")
     key = key.removesuffix(".[key]")
     if error["type"] == "string_pattern_mismatch":
-        return problem("bad-value", key, f"{error.get('input')!r} is not an environment variable name",
-                        f"Set {key} to letters, digits and _ (not starting with a digit)")  # fmt: skip
+        from appliance.config.schema import PATTERNS
+
+        what, how = PATTERNS[error["ctx"]["pattern"]]
+        return problem("bad-value", key, f"{error.get('input')!r} is not {what}", f"Set {key} to {how}")
     if error["type"] == "string_too_short":
         return problem("bad-value", key, "is empty", f"Give {key} a value or leave it out")
     if error["type"] in _RANGE_ERRORS:

@@ -56,8 +56,19 @@ Seconds = Annotated[float, Bound(gt=0)]
 Count = Annotated[int, Bound(ge=1)]
 Share = Annotated[float, Bound(ge=0, le=1)]
 Name = Annotated[str, Bound(min_length=1)]
-EnvName = Annotated[str, Bound(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-DnsLabel = Annotated[str, Bound(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[str, Bound(pattern=_ENV_NAME)]
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DnsLabel = Annotated[str, Bound(pattern=_DNS_LABEL)]
+# A host as a URL names it (lower case, as vLLM compares it): DNS labels joined by dots, which an IPv4 address is too.
+_HOST_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+HostName = Annotated[str, Bound(pattern=_HOST_NAME)]
+PATTERNS: Mapping[str, tuple[str, str]] = {
+    _ENV_NAME: ("an environment variable name", "letters, digits and _ (not starting with a digit)"),
+    _DNS_LABEL: ("a DNS label", "lower-case letters, digits and - (at most 63, not starting or ending with -)"),
+    _HOST_NAME: ("a host name", "a lower-case host name or IPv4 address, with no scheme, port, path or wildcard"),
+}
+"""What each pattern's values are, and how to write one: a mismatch's one-line error says it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +183,15 @@ class ServingConfig:
     one image costs, which serving.max_context must hold."""
     api_key_env: EnvName | None = None
     """Name of the environment variable holding the OpenAI API key clients must send."""
+    allowed_media_domains: tuple[HostName, ...] = ()
+    """Hosts a vision model may fetch image URLs from (host names or IPv4 addresses, lower case, no scheme or port).
+    Empty: images come inline only (`data:` URLs) and every remote URL is refused with a 4xx. A listed host is
+    reached only at a public address, or at an address listed here too (a store on a private network: list its name
+    and its address)."""
+    media_redirects: bool = False
+    """Follow an HTTP redirect while fetching an image; each hop is checked against allowed_media_domains again."""
+    local_media_dir: Name | None = None
+    """A folder whose files clients may name with `file://` URLs; None: no local file is ever read."""
 
 
 @dataclass(frozen=True, slots=True)

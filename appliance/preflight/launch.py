@@ -126,6 +126,10 @@ def _paths(plan: LaunchPlan) -> Iterator[Problem]:
     if not Path(plan.python).is_file():
         fix = "Run `make engine-cpu`" if plan.engine == "cpu" else "Set engine.python to the tt-metal environment's"
         yield Problem("engine-missing", "engine.python", f"the engine's interpreter {plan.python} does not exist", fix)
+    if plan.media is not None and plan.media.site_local_dir and not Path(plan.media.local_dir).is_dir():
+        # vLLM refuses the folder only once its server starts, after its imports.
+        yield Problem("media-dir-missing", "serving.local_media_dir", f"{plan.media.local_dir} is not a directory "
+                      "on this host", "Create it, or remove serving.local_media_dir")  # fmt: skip
     for key, where in (("paths.state_dir", plan.state_dir), ("paths.log_dir", plan.log_dir)):
         found = _nearest_existing(Path(where).expanduser())
         if not (found.is_dir() and os.access(found, os.W_OK | os.X_OK)):

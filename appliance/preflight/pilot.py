@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import __version__
+from appliance.compat.media import MediaPolicy
 from appliance.compat.validate import ValidatedConfig
 from appliance.engines.engine_env import EngineEnv, TtnnProbe, inspect_engine, probe_ttnn
 from appliance.engines.pinning import pin_drift
@@ -81,7 +82,7 @@ def run_pilot(validated: ValidatedConfig, plan: LaunchPlan, host: HostFacts, opt
         isolation_check(env, env_error),
         pinning_check(pins, env, env_error, plan, options.build_dir),
         scheduler_check(validated),
-        api_check(options.contract, options.engine_url or plan.base_url),
+        api_check(options.contract, options.engine_url or plan.base_url, plan.media),
         *((engine_config_check(plan, host),) if options.probe else ()),
     )
     return PilotReport(
@@ -177,22 +178,32 @@ def pinning_check(
     return check("pilot.pinning", title, "pass", f"the environment matches {manifest}", **evidence)
 
 
-def api_check(contract_path: Path, base_url: str, timeout_s: float = 10.0) -> CheckResult:
+def api_check(contract_path: Path, base_url: str, media: MediaPolicy | None = None, timeout_s: float = 10.0) -> (
+        CheckResult):  # fmt: skip
+    """The client contract against the live engine; on a vision plan, also what image URLs clients may send."""
     title = "API compatibility"
+    note = "" if media is None else f"; {_media_note(media)}"
     try:
         recorded = load_contract(contract_path)
         live = record_contract(base_url, timeout_s)
     except (ConfigError, EngineError) as err:
-        return check("pilot.api", title, "unknown", " ".join(str(err).split()),
+        return check("pilot.api", title, "unknown", " ".join(str(err).split()) + note,
                      "Boot the engine (`appliance serve`) and pass --engine-url, with a recorded contract")  # fmt: skip
     diff = diff_contract(recorded, live)
     evidence: dict[str, Any] = {"contract": str(contract_path), "recorded_from": recorded.source, "engine": base_url,
-                "removed": list(diff.removed), "changed": list(diff.changed), "added": list(diff.added)}  # fmt: skip
-    counts = f"{len(diff.removed)} removed, {len(diff.changed)} changed, {len(diff.added)} added"
+                "removed": list(diff.removed), "changed": list(diff.changed), "added": list(diff.added),
+                "media_hosts": list(media.allowed_hosts) if media else None}  # fmt: skip
+    counts = f"{len(diff.removed)} removed, {len(diff.changed)} changed, {len(diff.added)} added{note}"
     if diff.breaking:
         return check("pilot.api", title, "fail", f"clients would break: {counts}",
                      "Review the diff with the platform team before the pilot review closes", **evidence)  # fmt: skip
     return check("pilot.api", title, "pass", f"the engine serves the client contract ({counts})", **evidence)
+
+
+def _media_note(media: MediaPolicy) -> str:
+    if media.allowed_hosts:
+        return f"image URLs only from {', '.join(media.allowed_hosts)} (others get a 4xx: tell clients)"
+    return "remote image URLs are refused with a 4xx: clients must send images inline (data: URLs)"
 
 
 def _engine(plan: LaunchPlan, options: PilotOptions) -> tuple[EngineEnv | None, str | None]:

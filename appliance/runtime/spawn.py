@@ -19,6 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from appliance.compat.media import proxy_env
 from appliance.host.share import BIND, Placement, placement_for
 from appliance.plan import LaunchPlan
 
@@ -30,12 +31,15 @@ _LINE_LIMIT = 1 << 20  # engine log lines can be long (full config dumps)
 
 def engine_environment(plan: LaunchPlan, base: Mapping[str, str], placement: Placement | None = None) -> dict[
         str, str]:  # fmt: skip
-    """The engine's environment: the appliance's, minus its control token, plus the plan's; the OpenMP threads bound
-    to the cores the `placement` owns where the plan binds none."""
+    """The engine's environment: the appliance's, minus its control token, plus the plan's (a vision engine's
+    fetches go through its media gate); the OpenMP threads bound to the cores the `placement` owns where the plan
+    binds none."""
     env = {k: v for k, v in base.items() if k != plan.control.token_env}
     if placement is not None and placement.cores is not None:
         env[BIND] = ",".join(map(str, placement.cores))
     env.update(plan.env)
+    if plan.media is not None:
+        env.update(proxy_env(plan.port, base))
     env.update({target: base[source] for target, source in plan.secret_env.items() if source in base})
     return env
 

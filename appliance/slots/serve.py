@@ -22,6 +22,7 @@ from appliance.host.discovery import HostFacts, device_lock_name
 from appliance.observe.board_sources import board_monitor
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.media_gate import open_media_gate
 from appliance.runtime.notify import lifecycle_notifier
 from appliance.runtime.supervisor import EngineSupervisor
 from appliance.serve import EmbeddedServer, hold_locks
@@ -49,6 +50,7 @@ def hold_slot_locks(plan: HostPlan, host: HostFacts) -> Iterator[None]:
 
 async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_ready: ReadyHook) -> int:
     """Supervise every slot and serve the control API until stopped; return the exit code."""
+    gates = [gate for s in plan.slots if (gate := await open_media_gate(s.plan)) is not None]
     logs = {s.name: EngineLog(Path(s.plan.log_dir)) for s in plan.slots}
     sups = {s.name: EngineSupervisor(s.plan, logs[s.name], name=f"slot {s.name}") for s in plan.slots}
     _watch_readiness(sups, on_ready)
@@ -86,6 +88,8 @@ async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_re
         await api
         for engine_log in logs.values():
             engine_log.close()
+        for gate in gates:
+            await gate.close()
     return _EXIT_FOR_SIGNAL[received[0]] if received else 0
 
 
