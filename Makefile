@@ -14,6 +14,8 @@ CPU_ENGINE := .engines/cpu
 TTNN_ENGINE := .engines/ttnn
 # The gateway's balancer (Debian's haproxy); the tests front two appliances with it.
 HAPROXY := /usr/sbin/haproxy
+# Debian's nginx: the weights tests serve a mirror with it (Range requests, faults) and read its access log.
+NGINX := /usr/sbin/nginx
 # Prometheus and promtool (Debian's prometheus): the tests check and unit-test the rendered config and rules with
 # promtool, and scrape a real appliance with Prometheus.
 PROMETHEUS := /usr/bin/prometheus
@@ -37,7 +39,7 @@ PYTHON312 ?= PYENV_VERSION=3.12.1 python3.12
 unexport PYTHONDONTWRITEBYTECODE
 
 
-.PHONY: serve test test-environments test-fast test-engine lint bench soak engine-cpu engine-ttnn setup tools haproxy systemd-tools checkov ansible prometheus chromium docs
+.PHONY: serve test test-environments test-fast test-engine lint bench soak engine-cpu engine-ttnn setup tools haproxy nginx systemd-tools checkov ansible prometheus chromium docs
 
 # The set-up steps, as "title=target" for $(STEPS).
 APPLIANCE_STEP := "appliance venv=$(VENV)/.installed"
@@ -101,6 +103,11 @@ haproxy: $(HAPROXY)
 $(HAPROXY):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy > /dev/null
 
+nginx: $(NGINX)
+
+$(NGINX):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx > /dev/null
+
 prometheus: $(PROMETHEUS)
 
 $(PROMETHEUS):
@@ -131,7 +138,7 @@ PARALLEL := -n 3 --dist worksteal
 # Each tier prints its time against its budget (build/setup/tier.sh): 30 minutes in all on a fresh 2-core machine.
 TIER := build/setup/tier.sh
 test:
-	@$(TIER) set-up 150 $(MAKE) --no-print-directory test-environments haproxy systemd-tools prometheus chromium
+	@$(TIER) set-up 150 $(MAKE) --no-print-directory test-environments haproxy nginx systemd-tools prometheus chromium
 	@$(TIER) lint 90 $(MAKE) --no-print-directory lint
 	@$(TIER) fast 180 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "not engine" $(PARALLEL)
 	@$(TIER) engine 1380 env HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m engine
@@ -140,7 +147,7 @@ test-environments: tools
 	@$(STEPS) $(APPLIANCE_STEP) $(CPU_STEP) $(TTNN_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
 
 # Every test that runs no engine environment (the "dev" Hypothesis profile: 120 examples).
-test-fast: tools systemd-tools prometheus chromium
+test-fast: tools nginx systemd-tools prometheus chromium
 	@$(STEPS) $(APPLIANCE_STEP) $(CHECKOV_STEP) $(ANSIBLE_STEP)
 	$(BIN)/pytest -m "not engine" $(PARALLEL)
 
@@ -174,6 +181,7 @@ bench: setup engine-cpu
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py
 	$(BIN)/python bench/scheduler_stalls.py
+	PYTHONPATH=. $(BIN)/python bench/weights.py
 
 # The reliability soak (10 minutes of the mixed workload, the console poller attached, one engine restart).
 soak: setup engine-cpu
