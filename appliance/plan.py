@@ -32,13 +32,40 @@ from appliance.config.schema import (
 )
 from appliance.errors import Problem
 from appliance.resources import default_engines_dir, engine_plugins_dir
+from appliance.weights.layout import entry_dir, lock_path
 
-__all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "PHASED_MODULE", "LaunchPlan", "build_plan", "engine_python"]
+__all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "HUB", "PHASED_MODULE", "LaunchPlan", "WeightsPlan", "build_plan",
+           "engine_python", "weights_dirs"]  # fmt: skip
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # Engine-side code (it imports vLLM), put on the engine's PYTHONPATH when a config needs it.
 ENGINE_PLUGINS = engine_plugins_dir()
 PHASED_MODULE = "appliance_phased.scheduler"
+HUB = "https://huggingface.co"
+"""The hub's own endpoint: the source of a pinned checkpoint where the site names no mirror."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsPlan:
+    """A pinned hub checkpoint: the verified folder the engine serves, its lock, and where `appliance fetch` gets
+    it (docs: Weights a fleet can trust)."""
+
+    checkpoint: str
+    revision: str
+    store: str
+    """The host's model store (site.weights.store_dir)."""
+    locks_dir: str
+    """The site's weights locks (site.weights.locks_dir)."""
+    entry: str
+    """The revision's folder in the store: present only when every file matched its lock."""
+    lock_file: str
+    """The revision's weights lock in the site's locks folder (recorded at the first fetch, then checked)."""
+    source: str
+    """The mirror, mounted folder or hub endpoint a fetch reads."""
+    token_env: str
+    """The variable holding the hub's or mirror's token (by name; an unset one sends none)."""
+    token_file: str | None
+    jobs: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +123,11 @@ class LaunchPlan:
     """How the boards the engine owns are read while it serves."""
     images: ImageLimits | None = None
     """The image limits of a vision model, and what the plugin does with images; None on a text model."""
+    weights: WeightsPlan | None = None
+    """Where a pinned hub checkpoint's verified copy is (model_path) and how it is fetched; None: an embedded model,
+    a local folder, or an unpinned hub id."""
+    tensor_cache: str | None = None
+    """tt-metal's tensor cache folder (TT_CACHE_PATH), keyed by what invalidates it; None on the CPU engine."""
     media: MediaPolicy | None = None
     """Where a vision engine may fetch images from (every fetch goes through the media gate); None: text model."""
 
@@ -118,13 +150,19 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     paths = cfg.paths
     python = engine_python(cfg, validated.engine)
     generate = validated.checkpoint.generated
-    model_path = str(Path(paths.cache_dir) / "models" / generate) if generate else _local_or_hub(cfg.model.checkpoint)
+    weights = _weights(cfg, validated.composed.site_dir)
+    model_path = (
+        str(Path(paths.cache_dir) / "models" / generate) if generate
+        else weights.entry if weights else _local_or_hub(cfg.model.checkpoint)
+    )  # fmt: skip
     served = cfg.model.served_name or cfg.model.checkpoint
     probe_host = "127.0.0.1" if cfg.serving.host in ("0.0.0.0", "::") else cfg.serving.host
     base_url = f"http://{probe_host}:{cfg.serving.port}"
     state_dir = str(Path(paths.state_dir).expanduser().resolve())
     media = _media(validated, state_dir)
-    own_args, env = _engine_args(validated, model_path, served, media), _engine_env(validated, media)
+    cache = _tensor_cache(validated) if validated.engine == "tt" else None
+    own_args = _engine_args(validated, model_path, served, media)
+    env = _engine_env(validated, media, cache, offline=weights is not None)
     state = validated.state
     reads = () if state is None else tuple(check_plan_reads((a for a in own_args if a.startswith("-")), env, state))
     return LaunchPlan(
@@ -164,6 +202,8 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
         host_share=cfg.engine.host_share,
         boards=cfg.boards,
         images=validated.images,
+        weights=weights,
+        tensor_cache=cache,
         media=media,
     )
 
@@ -331,17 +371,63 @@ def _phased(v: ValidatedConfig) -> bool:
     return v.config.engine.scheduler == "phased" and v.engine != "tt"
 
 
-def _engine_env(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, str]:
+def _weights(cfg: ApplianceConfig, site_dir: str | None) -> WeightsPlan | None:
+    """The pinned checkpoint's place in the store and its lock; None where nothing is pinned."""
+    revision, checkpoint, site = cfg.model.revision, cfg.model.checkpoint, cfg.site.weights
+    if revision is None or is_local_path(checkpoint):
+        return None
+    store, locks = weights_dirs(cfg, site_dir)
+    return WeightsPlan(
+        checkpoint=checkpoint,
+        revision=revision,
+        store=str(store),
+        locks_dir=str(locks),
+        entry=str(entry_dir(store, checkpoint, revision)),
+        lock_file=str(lock_path(locks, checkpoint, revision)),
+        source=site.mirror or HUB,
+        token_env=cfg.site.hf_token_env,
+        token_file=site.token_file,
+        jobs=site.jobs,
+    )
+
+
+def weights_dirs(cfg: ApplianceConfig, site_dir: str | None) -> tuple[Path, Path]:
+    """The host's model store and the site's locks folder (site.weights, else their defaults)."""
+    site = cfg.site.weights
+    store = Path(site.store_dir or Path(cfg.paths.cache_dir) / "weights")
+    locks = Path(site.locks_dir or Path(site_dir or cfg.paths.state_dir) / "weights-locks")
+    return store.expanduser().resolve(), locks.expanduser().resolve()
+
+
+def _tensor_cache(v: ValidatedConfig) -> str:
+    """tt-metal's tensor cache folder, keyed by everything that invalidates it. tt-metal names its cache files by
+    tensor and dtype only and reuses what it finds (models/tt_transformers/tt/model_config.py: TT_CACHE_PATH plus
+    the device name; ttnn.as_tensor's cache_file_name), so changed weights under one name would load stale
+    tensors: the checkpoint's revision, the tt-metal commit the row runs, the mesh and the precision are the key."""
+    cfg = v.config
+    parts = [
+        re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.model.checkpoint),
+        cfg.model.revision or "unpinned",
+        f"tt-metal-{v.row.tt_metal or 'unrecorded'}",
+        cfg.mesh.option,
+        cfg.precision.optimizations or cfg.precision.name,
+    ]
+    return str(Path(cfg.paths.cache_dir, "tt", *parts))
+
+
+def _engine_env(v: ValidatedConfig, media: MediaPolicy | None, cache: str | None, *, offline: bool) -> dict[str, str]:
     cfg = v.config
     env = {"PYTHONUNBUFFERED": "1", "HF_HOME": str(Path(cfg.paths.cache_dir) / "hf")}
-    if v.engine == "tt":
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.model.checkpoint)
+    if offline or v.engine == "tt":
+        # A pinned checkpoint is served from its verified folder; a TT site never downloads at boot.
+        env["HF_HUB_OFFLINE"] = "1"
+    if cache is not None:
         env |= {
             "MESH_DEVICE": cfg.mesh.mesh_device or "",
             # Model load, warmup and trace capture come before the engine core's ready handshake.
             "VLLM_ENGINE_READY_TIMEOUT_S": str(int(cfg.engine.ready_timeout_s)),
             "VLLM_USE_V2_MODEL_RUNNER": "0",
-            "TT_CACHE_PATH": str(Path(cfg.paths.cache_dir) / "tt" / slug / cfg.mesh.option),
+            "TT_CACHE_PATH": cache,
         }
     env |= v.env
     if media is not None:

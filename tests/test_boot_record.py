@@ -8,6 +8,7 @@ from pathlib import Path
 from appliance.runtime.boot_record import BootClock
 from appliance.runtime.lifecycle import EngineEvent
 from appliance.runtime.lifecycle import EngineState as S
+from appliance.runtime.tensor_cache import CacheState, cache_state
 
 
 class Clock:
@@ -77,3 +78,23 @@ def test_a_damaged_record_file_is_replaced_by_the_next_boot(tmp_path: Path) -> N
     clock = BootClock(path, "k", clock=now)
     boot(clock, now, (S.STARTING, 0), (S.READY, 7))
     assert json.loads(path.read_text())["k"][0]["total_s"] == 7
+
+
+def test_the_first_ready_boot_after_a_cold_tensor_cache_marks_it_built_and_only_then_is_there_an_eta(
+        tmp_path: Path) -> None:  # fmt: skip
+    """A TT plan's tensor cache (plan.tensor_cache): the boot that builds it has no ETA from warm boots' record (a
+    cold cache takes up to the whole budget), a failed one leaves it unbuilt, the first ready one marks it."""
+    now, path, cache = Clock(), tmp_path / "boot-records.json", tmp_path / "tt" / "key"
+    boot(BootClock(path, "k", clock=now), now, (S.STARTING, 0), (S.READY, 20))  # a record from before the key moved
+    clock = BootClock(path, "k", tensor_cache=str(cache), clock=now)
+    boot(clock, now, (S.STARTING, 5), (S.LOADING, 1), (S.FAILED, 300))
+    assert cache_state(str(cache)) == CacheState(str(cache), built=False)
+    boot(clock, now, (S.STARTING, 5), (S.LOADING, 1))
+    cold = clock.progress()
+    assert cold is not None and cold.tensor_cache_built is False and cold.eta_s is None and not cold.slow
+    boot(clock, now, (S.WARMING, 3000), (S.READY, 100))
+    built = cache_state(str(cache))
+    assert built.built and built.boot_s == 3101 and built.built_at == now.now
+    boot(clock, now, (S.STARTING, 5), (S.LOADING, 1))
+    warm = clock.progress()
+    assert warm is not None and warm.tensor_cache_built is True and warm.expected_s is not None

@@ -57,7 +57,7 @@ def test_every_flag_phased_scheduling_emits_exists_in_the_installed_vllm(matrix:
 
 def test_on_a_tt_mesh_phased_is_the_plugins_own_scheduler_and_only_warns(matrix: CompatibilityMatrix) -> None:
     validated = validate(compose_config(["+model=llama", "mesh=t3k", "engine.scheduler=phased"]), matrix)
-    expected = {"kv-capacity-unverified", "tt-metal-layout"}
+    expected = {"kv-capacity-unverified", "tt-metal-layout", "revision-unpinned"}
     assert [w.code for w in validated.warnings if w.code not in expected] == ["scheduler-native"]
     assert "--scheduler-cls" not in build_plan(validated).argv
 

@@ -35,7 +35,7 @@ def test_the_rendered_config_and_rules_pass_promtool_and_hold_no_token(
     assert ran.returncode == 0, ran.stderr
     checked = promtool("check", "config", "prometheus.yml", cwd=out)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 13 rules found" in promtool("check", "rules", "tt-appliance-rules.yml", cwd=out).stdout
+    assert "SUCCESS: 14 rules found" in promtool("check", "rules", "tt-appliance-rules.yml", cwd=out).stdout
     config = yaml.safe_load((out / "prometheus.yml").read_text())
     jobs = {s["job_name"]: s for s in config["scrape_configs"]}
     assert set(jobs) == {"lab", "lab-engine"} and jobs["lab-engine"]["metrics_path"] == "/engine/metrics"
@@ -89,6 +89,8 @@ SERIES_IN = {
     'appliance_capability_differs{job="lab", appliance="a", capability="prefix_caching"}': "0x2 1x10",
     'appliance_quarantined{job="lab", appliance="a"}': "0 0 1x10",
     'appliance_quarantined{job="lab", appliance="b"}': "0x12",
+    'appliance_weights_verified{job="lab", appliance="a", checkpoint="org/m", revision="r1"}': "1 1 0x10",
+    'appliance_weights_verified{job="lab", appliance="b", checkpoint="org/m", revision="r1"}': "1x12",
 }
 """One sample a minute: appliance a meets each alert's condition, b (mostly) does not."""
 ALERTS = (
@@ -105,6 +107,8 @@ ALERTS = (
                                                 "a runs prefix_caching otherwise than planned")]),
     ("ApplianceQuarantined", "1m", "2m", [({"appliance": "a"}, "a is quarantined: a device fault came back after "
                                            "its reset")]),
+    ("ApplianceWeightsUnverified", "1m", "2m", [({"appliance": "a", "checkpoint": "org/m", "revision": "r1"},
+                                                 "a: org/m@r1 no longer matches its weights lock")]),
 )  # fmt: skip
 
 

@@ -31,11 +31,13 @@ def test_the_contract_example_validates_with_only_warnings(matrix: Compatibility
     )  # fmt: skip
     assert validated.engine == "tt"
     # The capabilities are the class's own (a verified read of tt-metal's ttt_compat at 3dfeae9); the row records
-    # no KV capacity and was validated at a tt-metal not known to have ttt_compat: warnings that say so.
+    # no KV capacity and was validated at a tt-metal not known to have ttt_compat, and names no revision: warnings
+    # that say so.
     assert {w.code for w in validated.warnings} == {
         "async-without-device-sampling",
         "kv-capacity-unverified",
         "tt-metal-layout",
+        "revision-unpinned",
     }
     assert validated.capabilities is not None
     assert validated.capabilities.declared("supports_prefix_caching")

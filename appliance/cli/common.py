@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the stages are imported by the functions that run them: eac
     from appliance.config.schema import ComposedConfig
     from appliance.host.discovery import HostFacts
 
-__all__ = ["Command", "Output", "composed_config", "err", "findings", "out", "validated_config"]
+__all__ = ["Command", "Output", "composed_config", "err", "host_facts", "findings", "out", "validated_config"]
 
 
 class Output:
@@ -90,10 +90,10 @@ def composed_config(args: argparse.Namespace, matrix: CompatibilityMatrix) -> Co
     """The command line's overrides composed and resolved against this host (mesh=auto only)."""
     from appliance.compat.resolve import resolve_config
 
-    return resolve_config(tuple(args.overrides), matrix, _host_facts, site_dir=args.site_dir)
+    return resolve_config(tuple(args.overrides), matrix, host_facts, site_dir=args.site_dir)
 
 
-def _host_facts() -> HostFacts:
+def host_facts() -> HostFacts:
     from appliance.host.discovery import discover_host  # here: only mesh=auto looks at the host (subprocess and all)
 
     return discover_host()

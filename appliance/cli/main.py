@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "loadtest": ("load", "drive a workload (conf/workload) at an OpenAI server and report"),
     "compare": ("load", "two load reports side by side, with deltas and plots"),
     "eval": ("quality", "ask a served model the evaluation set; report its accuracy"),
+    "fetch": ("weights", "bring a config's pinned checkpoint into the model store, verified against its lock"),
+    "store": ("weights", "list the host's model store (revisions, sizes, lock state, users) or prune it"),
 }
 """Every command: the `appliance.cli` module that registers it, and its help text.
 

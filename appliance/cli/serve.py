@@ -19,7 +19,7 @@ from appliance.plan import LaunchPlan, build_plan
 
 if TYPE_CHECKING:
     from appliance.control.client import Target
-    from appliance.control.documents import BootDocument, StateDocument
+    from appliance.control.documents import BootDocument, StateDocument, TensorCacheDocument
     from appliance.observe.metrics_window import LoadSummary
     from appliance.preflight.engine_gate import GatedEngine
     from appliance.rollout.generation import Journal
@@ -64,6 +64,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         planned = _planned(args, journal.current.overrides, journal.current.against)
         preflight(planned.plan, host)
     validated, plan = planned.validated, planned.plan
+    _weights_ready(plan, journal.current.overrides, args.fetch)
     _announce(plan, validated.family.description)
     checks = check.host_checks_for_serve(validated, plan, host)
     with host_locks(plan, host):
@@ -122,6 +123,16 @@ def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str 
     return Planned(validated, build_plan(validated))
 
 
+def _weights_ready(plan: LaunchPlan, overrides: tuple[str, ...], fetch: bool) -> None:
+    """A pinned checkpoint in the store and matching its lock, before anything is spawned (exit 3 naming the file
+    and the command that mends it); with `serve --fetch`, fetched first."""
+    from appliance.cli.weights import check_weights, fetch_weights
+
+    if fetch and plan.weights is not None:
+        fetch_weights(plan, list(overrides))
+    check_weights(plan, list(overrides))
+
+
 def _judge(args: argparse.Namespace) -> Planner:
     """How the serving appliance judges an upgrade's generation before anything changes: validated, its model
     built, and (unless `serve --no-probe`) the engine's own config code asked in the new environment."""
@@ -129,6 +140,7 @@ def _judge(args: argparse.Namespace) -> Planner:
 
     def judge(overrides: tuple[str, ...], against: str | None) -> Planned:
         planned = _planned(args, overrides, against)
+        _weights_ready(planned.plan, overrides, fetch=False)  # the roll fetched it ahead on every host
         ensure_model(planned.plan, err.console)
         if args.probe:
             engine_accepts(planned.plan)
@@ -231,6 +243,11 @@ def _detail_lines(state: StateDocument, load: LoadSummary | None) -> list[str]:
 
     lines = [_boot_line(state.boot)] if state.boot is not None else []
     lines += generation_lines(state.generation, state.previous_generation, state.upgrade)
+    if state.weights is not None:
+        lines.append(f"weights: {state.weights.checkpoint}@{state.weights.revision} from {state.weights.entry}, "
+                     f"checked against {state.weights.lock_file} before boot")  # fmt: skip
+    if state.tensor_cache is not None:
+        lines.append(_cache_line(state.tensor_cache))
     if state.boards is not None:
         lines.append(state.boards.heading())
         lines += [f"  {b.name} {b.state}: {b.readings()}; {b.trends()}" + (f"; {b.reason}" if b.reason else "")
@@ -255,7 +272,18 @@ def _cancelled(state: StateDocument) -> str:
     return f"the drain deadline cancelled {state.drain_cancelled} requests still in flight"
 
 
+def _cache_line(cache: TensorCacheDocument) -> str:
+    import time
+
+    if not cache.built:
+        return f"tensor cache: not built yet ({cache.path}): the first boot to ready builds it"
+    ago = time.time() - (cache.built_at or 0.0)
+    return f"tensor cache: built {ago / 3600:.1f} h ago by a boot of {cache.boot_s or 0:.0f}s ({cache.path})"
+
+
 def _boot_line(boot: BootDocument) -> str:
+    if boot.tensor_cache_built is False:
+        return f"booting: {boot.phase}, {boot.elapsed_s:.0f}s, building the tensor cache (no ETA: a cold cache)"
     if boot.expected_s is None:
         return f"booting: {boot.phase}, {boot.elapsed_s:.0f}s (first boot of this config here: no ETA yet)"
     eta = "overdue" if boot.eta_s == 0 else f"ETA {boot.eta_s:.0f}s"
@@ -299,6 +327,8 @@ def register(command: Command) -> None:
     serve = command("serve", _cmd_serve)
     serve.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
     serve.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
+    serve.add_argument("--fetch", action="store_true", help="fetch a pinned checkpoint the store lacks before boot "
+                       "(hundreds of GB: otherwise a deliberate `appliance fetch`, scheduled ahead)")  # fmt: skip
     serve.add_argument("--no-probe", dest="probe", action="store_false",
                        help="boot without asking the engine's config code first")  # fmt: skip
     serve.add_argument("--gates", type=Path, help="hold this boot out of rotation until it passes these gates "

@@ -43,6 +43,8 @@ from appliance.compat.state_set import PluginStates, cpu_vllm, load_states
 from appliance.compat.states import PluginState
 from appliance.config.schema import ApplianceConfig, ComposedConfig, EngineKind
 from appliance.errors import ConfigError, Problem
+from appliance.weights.errors import WeightsError
+from appliance.weights.names import check_checkpoint
 
 __all__ = [
     "InstalledClass",
@@ -145,6 +147,7 @@ def validate(
     found += check_data_parallel(cfg, entry.architecture, entry.checkpoint, entry.row, dp, concurrency, lane)
     found += check_features(cfg, entry.architecture, caps, state, states, Request(tt, concurrency, dp, lane))
     found += _check_precision(cfg, entry)
+    found += _check_pinned(cfg, entry, engine)
     per_rank = concurrency // max(dp, 1)
     found += check_kv_pool(kv_pool(cfg, entry.checkpoint, entry.row, engine, state, per_rank), context, per_rank,
                            max(dp, 1), cfg.mesh.option)  # fmt: skip
@@ -347,6 +350,34 @@ def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
             )
         )
     return found
+
+
+def _check_pinned(cfg: ApplianceConfig, e: _Entry, engine: EngineKind) -> list[Problem]:
+    """A hub checkpoint is served at a pinned revision, fetched and verified ahead (docs: Weights a fleet can
+    trust); an embedded model or a local folder needs none, and a revision of one is a mistake."""
+    checkpoint, revision = cfg.model.checkpoint, cfg.model.revision
+    if e.checkpoint.generated or is_local_path(checkpoint):
+        what = "an embedded model, built and checked against its recorded hash" if e.checkpoint.generated else (
+            "a local folder")  # fmt: skip
+        return [Problem("revision-not-applicable", "model.revision", f"{checkpoint} is {what}: it has no hub revision",
+                        "Remove model.revision", change=("~model.revision",))] if revision else []  # fmt: skip
+    try:
+        check_checkpoint(checkpoint)
+    except WeightsError as bad:
+        return [Problem("checkpoint-name", "model.checkpoint", str(bad), "Name a hub repository as org/name")]
+    if revision is not None:
+        return []
+    boot = ("engine=tt never downloads at boot: serve finds it only in the hub cache" if engine == "tt"
+            else "the engine downloads whatever the hub serves at boot, unchecked")  # fmt: skip
+    return [
+        Problem(
+            "revision-unpinned",
+            "model.revision",
+            f"{checkpoint} names no revision: {boot}",
+            "Set model.revision to the hub commit to serve and run `appliance fetch` ahead",
+            "warning",
+        )
+    ]
 
 
 def _check_precision(cfg: ApplianceConfig, e: _Entry) -> list[Problem]:

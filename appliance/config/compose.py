@@ -99,6 +99,7 @@ def compose_config(
         provenance=MappingProxyType(dict(kept.provenance)),
         overrides=tuple(overrides),
         config_hash=kept.config_hash,
+        site_dir=str(site_dir.resolve()) if site_dir else None,
     )
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "SiteConfig",
     "Status",
     "SupervisorConfig",
+    "WeightsConfig",
     "WorkloadConfig",
     "STATUS_ORDER",
 ]
@@ -63,7 +64,10 @@ DnsLabel = Annotated[str, Bound(pattern=_DNS_LABEL)]
 # A host as a URL names it (lower case, as vLLM compares it): DNS labels joined by dots, which an IPv4 address is too.
 _HOST_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
 HostName = Annotated[str, Bound(pattern=_HOST_NAME)]
+_REVISION = r"^[0-9a-f]{40}$"
+Revision = Annotated[str, Bound(pattern=_REVISION)]
 PATTERNS: Mapping[str, tuple[str, str]] = {
+    _REVISION: ("a commit id", "the 40 lower-case hex digits of the revision's commit (a branch or tag is no pin)"),
     _ENV_NAME: ("an environment variable name", "letters, digits and _ (not starting with a digit)"),
     _DNS_LABEL: ("a DNS label", "lower-case letters, digits and - (at most 63, not starting or ending with -)"),
     _HOST_NAME: ("a host name", "a lower-case host name or IPv4 address, with no scheme, port, path or wildcard"),
@@ -73,7 +77,7 @@ PATTERNS: Mapping[str, tuple[str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = _STRICT_TEXT  # a commit id of digits only reaches the schema as a number
 
     family: Name
     """Model family: the name of a file in models/ (llama, qwen, mistral, gemma, ...)."""
@@ -81,6 +85,10 @@ class ModelConfig:
     """Hugging Face repo id or local directory; must be a checkpoint the family's matrix lists."""
     served_name: Name | None = None
     """Name clients pass as `model`; defaults to the checkpoint."""
+    revision: Revision | None = None
+    """The hub repository's commit to serve (40 hex digits). With it the engine serves the copy `appliance fetch`
+    put in the model store and verified against the revision's weights lock, never a download at boot. None: a
+    local folder or an embedded model (a hub id without one is a warning: the hub decides what is served)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +306,29 @@ class BoardsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WeightsConfig:
+    """Where a site's weights come from and where a host keeps them (docs: Weights a fleet can trust)."""
+
+    __pydantic_config__ = _STRICT
+
+    mirror: Name | None = None
+    """Where `appliance fetch` gets a revision's files: a site mirror's base URL, whose files sit at
+    `{mirror}/{checkpoint}/resolve/{revision}/{path}` with the revision's listing at
+    `{mirror}/api/models/{checkpoint}/tree/{revision}` (the hub's own layout: a static copy behind any HTTP server
+    is a mirror), or a mounted folder laid out the same way. None: the hub (https://huggingface.co)."""
+    store_dir: Name | None = None
+    """The host's model store, one folder per checkpoint revision; None: `weights` under paths.cache_dir."""
+    locks_dir: Name | None = None
+    """Where the weights locks are kept; None: `weights-locks` in the site directory (--site-dir), else under
+    paths.state_dir."""
+    token_file: Name | None = None
+    """A file holding the hub's or the mirror's token, read when a request is made and never printed; None: the
+    variable site.hf_token_env names."""
+    jobs: Annotated[int, Bound(ge=1, le=32)] = 4
+    """Files fetched (and hashed) at once."""
+
+
+@dataclass(frozen=True, slots=True)
 class SiteConfig:
     __pydantic_config__ = _STRICT
 
@@ -311,6 +342,8 @@ class SiteConfig:
     """Kubernetes namespace `render k8s` puts every manifest in (a DNS label, created by the cluster admin)."""
     description: str = ""
     """Free text for operators."""
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
+    """Where weights come from and where they are kept (`appliance fetch`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,3 +503,5 @@ class ComposedConfig:
     overrides: tuple[str, ...]
     config_hash: str
     """Short sha256 of the resolved config; equal configs hash equally on every host."""
+    site_dir: str | None = None
+    """The site directory composed (--site-dir or APPLIANCE_SITE_DIR), None for the shipped sites."""

@@ -35,7 +35,9 @@ from appliance.control.documents import (
     PlanDocument,
     SlotsDocument,
     StateDocument,
+    TensorCacheDocument,
     UsageDocument,
+    WeightsDocument,
     render,
     validate,
 )
@@ -51,6 +53,7 @@ from appliance.plan import LaunchPlan
 from appliance.preflight.checks import CheckResult
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import Command, SupervisorSnapshot
+from appliance.runtime.tensor_cache import cache_state
 
 __all__ = ["checks_document", "create_app", "create_slots_app", "host_document", "state_document"]
 
@@ -88,6 +91,10 @@ def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocum
         boot=None if snapshot.boot is None else validate(BootDocument, snapshot.boot),
         drain_cancelled=snapshot.drain_cancelled,
         host_share=snapshot.host_share,
+        weights=None if plan.weights is None else validate(WeightsDocument, plan.weights),
+        tensor_cache=None
+        if plan.tensor_cache is None
+        else validate(TensorCacheDocument, cache_state(plan.tensor_cache)),  # fmt: skip
     )
 
 

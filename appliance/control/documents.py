@@ -45,8 +45,10 @@ __all__ = [
     "SlotsDocument",
     "StateDocument",
     "StepsDocument",
+    "TensorCacheDocument",
     "SummaryDocument",
     "UsageDocument",
+    "WeightsDocument",
     "dump",
     "parse",
     "render",
@@ -134,6 +136,35 @@ class BootDocument:
     eta_s: float | None
     slow: bool
     """Far slower than the record (the boot-slow alert)."""
+    tensor_cache_built: bool | None = None
+    """Whether tt-metal's tensor cache was built when this boot began (False: this boot builds it, no ETA);
+    None: the CPU engine has none."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsDocument:
+    """The pinned checkpoint the engine serves: checked against its weights lock before the boot."""
+
+    __pydantic_config__ = _WIRE
+
+    checkpoint: str
+    revision: str
+    entry: str
+    """The revision's folder in the host's model store."""
+    lock_file: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCacheDocument:
+    """tt-metal's tensor cache for the plan, keyed by revision, tt-metal commit, mesh and precision."""
+
+    __pydantic_config__ = _WIRE
+
+    path: str
+    built: bool
+    built_at: float | None = None
+    boot_s: float | None = None
+    """How long the boot that built it took."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +209,19 @@ class StateDocument:
     """What a rollback of the last passed upgrade returns to."""
     upgrade: UpgradeDocument | None = None
     """The upgrade under way, or the last one with how it ended."""
+    site_dir: str | None = None
+    """The site directory (`serve --site-dir`, absolute) every generation's overrides are composed with; None: none
+    given, or an appliance that keeps no generations."""
     drain_cancelled: int | None = None
     """Requests the last drain's deadline cancelled (0: it finished them all); None before a drain, or unread."""
     host_share: str | None = None
     """Where the engine runs on the host: its cgroup and weight (or nice) and cores; None: unbounded."""
     boards: BoardsDocument | None = None
     """The boards the engine owns, read while it serves; None: none watched (the CPU engine)."""
+    weights: WeightsDocument | None = None
+    """The pinned checkpoint served; None: an embedded model, a local folder or an unpinned hub id."""
+    tensor_cache: TensorCacheDocument | None = None
+    """tt-metal's tensor cache for this plan; None on the CPU engine."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,11 @@ from appliance.control.documents import LoadDocument, SummaryDocument
 from appliance.control.load import LoadTracker
 from appliance.control.sources import Supervised, Upgrades
 from appliance.control.upgrade_documents import GenerationDocument, UpgradeDocument
+from appliance.plan import LaunchPlan
+from appliance.preflight.weights_check import verified
 from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.tensor_cache import cache_state
+from appliance.weights.errors import WeightsError
 
 __all__ = ["ApplianceMetrics"]
 
@@ -106,6 +110,7 @@ class ApplianceMetrics:
         for name in self._capabilities.differing():
             differs.add_metric([name], 1.0)
         yield differs
+        yield from _stored(plan)
 
     def _lifecycle(self) -> Iterator[Metric]:
         snap = self._sup.snapshot()
@@ -156,6 +161,25 @@ class ApplianceMetrics:
         for name, share in self._load.goodput(float(ttft) / 1000, float(itl) / 1000).items():
             shares.add_metric([name], share)
         yield shares
+
+
+def _stored(plan: LaunchPlan) -> Iterator[Metric]:
+    """The pinned checkpoint against its lock (a boot's quick check: sizes and the last verification's stamp, no
+    hashing) and the tensor cache's build, read at each scrape: files changed under a serving engine show here."""
+    if plan.weights is not None:
+        weights = plan.weights
+        try:
+            verified(weights, full=False)
+            ok = 1.0
+        except WeightsError:
+            ok = 0.0
+        family = GaugeMetricFamily("appliance_weights_verified", "1 while the pinned checkpoint's files match its "
+                                   "weights lock", labels=["checkpoint", "revision"])  # fmt: skip
+        family.add_metric([weights.checkpoint, weights.revision], ok)
+        yield family
+    if plan.tensor_cache is not None:
+        yield _gauge("appliance_tensor_cache_built", "1 once a boot built this plan's tensor cache and reached ready",
+                     float(cache_state(plan.tensor_cache).built))  # fmt: skip
 
 
 def _generations(current: GenerationDocument, previous: GenerationDocument | None,

@@ -219,6 +219,10 @@ def _lifecycle_alerts(on: str, o: AlertOptions) -> list[dict[str, Any]]:
                "{{ $labels.appliance }} is quarantined: a device fault came back after its reset",
                "The boards need hands: inspect them with tt-smi, reset or replace them; then a restart (the console, "
                "or POST /restart) lifts the quarantine."),
+        _alert("ApplianceWeightsUnverified", f"appliance_weights_verified{{{on}}} == 0", "0m", "critical",
+               "{{ $labels.appliance }}: {{ $labels.checkpoint }}@{{ $labels.revision }} no longer matches its "
+               "weights lock", "A file of the served checkpoint was removed, resized or changed on disk: the next "
+               "restart refuses it. Run `appliance fetch --verify` on the host, then `appliance fetch` to mend it."),
     ]  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from appliance.compat.validate import ValidatedConfig
 from appliance.errors import ConfigError, LaunchError
 from appliance.host.discovery import HostFacts, free_disk
 from appliance.plan import LaunchPlan
+from appliance.runtime.tensor_cache import cache_state
 
 __all__ = [
     "CheckResult",
@@ -33,6 +34,7 @@ __all__ = [
     "memory_need",
     "params_from_name",
     "require_host_ready",
+    "tensor_cache_need",
     "worst",
 ]
 
@@ -85,11 +87,12 @@ def worst(results: tuple[CheckResult, ...]) -> CheckStatus:
 
 
 def host_checks(given: HostCheckInput) -> tuple[CheckResult, ...]:
-    """Every host check: the mesh, firmware, KMD, device holders, the boards' health, hugepages, disk and memory."""
+    """Every host check: the mesh, firmware, KMD, device holders, the boards' health, hugepages, disk, memory and
+    the pinned checkpoint against its lock."""
     from appliance.preflight.board_check import board_health_check  # it builds its result with this module's check()
 
     runs: tuple[Callable[[HostCheckInput], CheckResult], ...] = (
-        _mesh, _firmware, _kmd, _holders, board_health_check, _hugepages, _disk, _memory,
+        _mesh, _firmware, _kmd, _holders, board_health_check, _hugepages, _disk, _memory, _weights, _tensor_cache,
     )  # fmt: skip
     return tuple(run(given) for run in runs)
 
@@ -226,6 +229,44 @@ def _disk(given: HostCheckInput) -> CheckResult:
                  model=plan.model_path, **evidence)  # fmt: skip
 
 
+def _weights(given: HostCheckInput) -> CheckResult:
+    """The pinned checkpoint is in the store and matches its lock: what `serve` refuses otherwise."""
+    from appliance.preflight.weights_check import verified  # here: a lock is read with pydantic, which a verdict
+    from appliance.weights.errors import WeightsError  # never imports
+
+    plan = given.plan
+    title, weights = "The pinned checkpoint against its weights lock", plan.weights
+    if weights is None:
+        if plan.generate or plan.model_path.startswith("/"):
+            what = "embedded, built against its recorded hash" if plan.generate else "a local folder"
+            return check("host.weights", title, "pass", f"nothing pinned: {plan.checkpoint} is {what}", blocking=True)
+        return check("host.weights", title, "warn", f"{plan.checkpoint} names no revision: unpinned",
+                     "Set model.revision and run `appliance fetch` ahead", blocking=True)  # fmt: skip
+    try:
+        lock = verified(weights, full=False)
+    except WeightsError as error:
+        return check("host.weights", title, "fail", str(error), "Run `appliance fetch` with this config's overrides",
+                     blocking=True, entry=weights.entry, lock=weights.lock_file)  # fmt: skip
+    size = sum(f.size for f in lock.files) / GIB
+    return check("host.weights", title, "pass", f"{weights.checkpoint}@{weights.revision[:12]}: {len(lock.files)} "
+                 f"files, {size:.2f} GiB, as its lock says (sizes and the last verification's stamp)", blocking=True,
+                 entry=weights.entry, lock=weights.lock_file)  # fmt: skip
+
+
+def _tensor_cache(given: HostCheckInput) -> CheckResult:
+    """Whether the plan's tensor cache is built: a cold one makes the first boot take up to its whole budget."""
+    plan, title = given.plan, "tt-metal's tensor cache for this plan"
+    if plan.tensor_cache is None:
+        return check("host.tensor_cache", title, "pass", "none: the CPU engine builds no tensor cache")
+    state = cache_state(plan.tensor_cache)
+    if state.built:
+        return check("host.tensor_cache", title, "pass", f"built by a boot of {state.boot_s or 0:.0f}s",
+                     path=plan.tensor_cache)  # fmt: skip
+    return check("host.tensor_cache", title, "warn", f"not built: the first boot builds it, within "
+                 f"engine.ready_timeout_s={plan.ready_timeout_s:.0f}s", "Boot it once off-rotation before the pilot",
+                 path=plan.tensor_cache)  # fmt: skip
+
+
 def disk_need(plan: LaunchPlan) -> tuple[int | None, str]:
     """Bytes the plan's caches still need on disk (None when the model's size is unknown), and why."""
     if plan.generate:
@@ -235,9 +276,18 @@ def disk_need(plan: LaunchPlan) -> tuple[int | None, str]:
         return None, f"the size of {plan.checkpoint} is not in its name"
     hub = Path(plan.env.get("HF_HOME", "")) / "hub" / ("models--" + plan.checkpoint.replace("/", "--"))
     weights = 0 if Path(plan.model_path).is_dir() or hub.is_dir() else int(params * 1e9 * 2)
-    tensors = plan.env.get("TT_CACHE_PATH")
-    cache = int(params * 1e9) if tensors and not Path(tensors).is_dir() else 0
-    return weights + cache, f"{params:g}B parameters: bf16 weights unless cached, bfp8 tensor cache for tt"
+    return weights + tensor_cache_need(
+        plan
+    ), f"{params:g}B parameters: bf16 weights unless cached, bfp8 tensor cache for tt"
+
+
+def tensor_cache_need(plan: LaunchPlan) -> int:
+    """Bytes tt-metal's tensor cache for `plan` still needs (bfp8: a byte a parameter; 0 once it is on disk, on the
+    CPU engine, or where the model's size is not in its name)."""
+    params = params_from_name(plan.checkpoint)
+    if plan.tensor_cache is None or params is None or Path(plan.tensor_cache).is_dir():
+        return 0
+    return int(params * 1e9)
 
 
 def memory_need(plan: LaunchPlan) -> tuple[int, str, bool]:

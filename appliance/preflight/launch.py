@@ -46,6 +46,8 @@ HOST_CHECKS = (
     "host.hugepages",
     "host.disk",
     "host.memory",
+    "host.weights",
+    "host.tensor_cache",
 )
 """The host checks' ids (preflight/checks.py): `serve` runs them on the host, `validate` only names them."""
 # The hub token is optional (only a gated hub checkpoint needs it); every other secret a config names is required.
@@ -119,7 +121,8 @@ def _tls(plan: LaunchPlan) -> Iterator[Problem]:
 
 
 def _paths(plan: LaunchPlan) -> Iterator[Problem]:
-    if plan.generate is None and plan.model_path.startswith(("/", ".", "~")) and not Path(plan.model_path).is_dir():
+    if plan.generate is None and plan.weights is None and plan.model_path.startswith(("/", ".", "~")) and not Path(
+            plan.model_path).is_dir():  # fmt: skip
         # vLLM would take the path for a hub repo id and fail only after its imports.
         yield Problem("checkpoint-missing", "model.checkpoint", f"{plan.model_path} is not a directory on this host",
                       "Copy the checkpoint there or point model.checkpoint at its folder")  # fmt: skip

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.runtime.lifecycle import EngineEvent, EngineState
+from appliance.runtime.tensor_cache import cache_state, mark_built
 
 __all__ = ["KEEP", "SLOW_FACTOR", "BootClock", "BootProgress"]
 
@@ -36,8 +37,11 @@ class BootProgress:
     expected_s: float | None
     """Median boot time of this config on this host; None before its first recorded boot."""
     eta_s: float | None
-    """Seconds left by the record (0 once over it); None without a record."""
+    """Seconds left by the record (0 once over it); None without a record, or while the tensor cache is built."""
     slow: bool
+    tensor_cache_built: bool | None = None
+    """Whether tt-metal's tensor cache for this plan was built when the boot began (None: the CPU engine has none);
+    a boot that builds it takes far longer than the record of warm boots, so it has no ETA."""
 
     @property
     def fraction(self) -> float | None:
@@ -47,9 +51,12 @@ class BootProgress:
 class BootClock:
     """Listens to one supervisor's lifecycle events and keeps the boot records file."""
 
-    def __init__(self, path: Path, key: str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, key: str, *, tensor_cache: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self._path = path
         self._key = key
+        self._cache = tensor_cache
+        self._cache_built: bool | None = None
         self._clock = clock
         self._started: float | None = None
         self._phases: dict[str, float] = {}
@@ -59,6 +66,7 @@ class BootClock:
     def on_event(self, event: EngineEvent) -> None:
         if event.state is EngineState.STARTING:
             self._started, self._phases = event.at, {}
+            self._cache_built = None if self._cache is None else cache_state(self._cache).built
         elif self._started is None:
             return
         if self._phase in _BOOT:
@@ -66,6 +74,8 @@ class BootClock:
         self._phase, self._entered = event.state, event.at
         if event.state is EngineState.READY:
             self._save(event.at - self._started)
+            if self._cache is not None and not self._cache_built:
+                mark_built(self._cache, event.at - self._started, event.at)  # the first ready after a cold cache
         if event.state not in _BOOT:
             self._started = None  # ready, failed or stopped: this boot is over
 
@@ -75,10 +85,10 @@ class BootClock:
             return None
         elapsed = self._clock() - self._started
         totals = [r["total_s"] for r in self._records().get(self._key, [])]
-        expected = statistics.median(totals) if totals else None
+        expected = statistics.median(totals) if totals and self._cache_built is not False else None
         eta = None if expected is None else max(0.0, expected - elapsed)
         slow = expected is not None and elapsed > max(SLOW_FACTOR * expected, expected + SLOW_GRACE_S)
-        return BootProgress(self._phase.value, elapsed, expected, eta, slow)
+        return BootProgress(self._phase.value, elapsed, expected, eta, slow, self._cache_built)
 
     def _records(self) -> dict[str, list[dict[str, Any]]]:
         try:

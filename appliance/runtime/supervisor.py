@@ -207,7 +207,8 @@ class EngineSupervisor:
         return self._placement
 
     def _boot_clock(self, plan: LaunchPlan) -> BootClock:
-        return BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}")
+        return BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}",
+                         tensor_cache=plan.tensor_cache)  # fmt: skip
 
     def _adopt_next_plan(self) -> None:
         plan, self._next_plan = self._next_plan, None

@@ -43,7 +43,8 @@ def _render(view: ApplianceView | None) -> Text:
         text.append(value)
     if state.boot is not None:
         boot = state.boot
-        known = "first boot here, no ETA" if boot.eta_s is None else f"ETA {duration(boot.eta_s)}"
+        known = ("building the tensor cache, no ETA" if boot.tensor_cache_built is False
+                 else "first boot here, no ETA" if boot.eta_s is None else f"ETA {duration(boot.eta_s)}")  # fmt: skip
         text.append(f"\nbooting: {boot.phase} {duration(boot.elapsed_s)} ({known})", "red" if boot.slow else "cyan")
     upgrade = generation_lines(state.generation, state.previous_generation, state.upgrade)[1:]
     if upgrade:
