@@ -3,6 +3,7 @@
 ApplianceError
 ├── ConfigError    the composed config is invalid; carries every Problem found
 ├── LaunchError    a valid plan cannot be started here (no device, lock held, no engine)
+│   └── HostRefusal    every problem of this host with a valid plan (files, paths, ports, secrets, cores)
 ├── EngineError    the engine failed after it was started
 └── ApiError       an appliance's control API could not be reached, refused, or answered nonsense
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ApiError", "ApplianceError", "ConfigError", "EngineError", "LaunchError", "Problem", "Severity"]
+__all__ = ["ApiError", "ApplianceError", "ConfigError", "EngineError", "HostRefusal", "LaunchError", "Problem",
+           "Severity"]  # fmt: skip
 
 Severity = Literal["error", "warning"]
 
@@ -52,6 +54,14 @@ class ConfigError(ApplianceError):
 
 class LaunchError(ApplianceError):
     """A valid plan cannot be started on this host."""
+
+
+class HostRefusal(LaunchError):
+    """A valid config this host cannot launch now; every problem found, each one line (exit 3, not 2)."""
+
+    def __init__(self, problems: tuple[Problem, ...]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(p.render() for p in problems))
 
 
 class EngineError(ApplianceError):

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_adjustments
-from appliance.compat.contract import flag_names
+from appliance.compat.contract import extra_args_without, flag_names
 from appliance.compat.images import ImageLimits
 from appliance.compat.media import DOWNLOAD_CAP_VAR, MediaPolicy, media_policy
 from appliance.compat.reads import check_plan_reads
@@ -30,7 +30,7 @@ from appliance.config.schema import (
     HostShare,
     SupervisorConfig,
 )
-from appliance.errors import Problem
+from appliance.errors import ConfigError, Problem
 from appliance.resources import default_engines_dir, engine_plugins_dir
 from appliance.weights.layout import entry_dir, lock_path
 
@@ -162,6 +162,7 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     media = _media(validated, state_dir)
     cache = _tensor_cache(validated) if validated.engine == "tt" else None
     own_args = _engine_args(validated, model_path, served, media)
+    _refuse_repeats(own_args, validated.extra_args)
     env = _engine_env(validated, media, cache, offline=weights is not None)
     state = validated.state
     reads = () if state is None else tuple(check_plan_reads((a for a in own_args if a.startswith("-")), env, state))
@@ -230,6 +231,20 @@ def _flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _refuse_repeats(own: list[str], extra: tuple[str, ...]) -> None:
+    """engine.extra_args may not repeat a flag the plan emits: vLLM takes the last one, so the engine would run
+    otherwise than the plan says (the keys that own the common ones are named by validate; this catches the rest)."""
+    emitted = {a for a in own if a.startswith("--")}
+    repeated = [flag for flag, _ in flag_names(extra) if flag in emitted]
+    if repeated:
+        raise ConfigError(tuple(
+            Problem("flag-owned-by-config", "engine.extra_args", f"{flag} is set by the plan from the config",
+                    f"Remove {flag}: the plan shows the value it sets (`appliance plan`)",
+                    change=extra_args_without(extra, flag))
+            for flag in dict.fromkeys(repeated)
+        ))  # fmt: skip
 
 
 def _media(v: ValidatedConfig, state_dir: str) -> MediaPolicy | None:

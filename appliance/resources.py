@@ -17,6 +17,7 @@ __all__ = [
     "conf_dir",
     "default_engines_dir",
     "engine_plugins_dir",
+    "engine_build_command",
     "models_dir",
     "source_checkout",
 ]
@@ -60,6 +61,11 @@ def build_dir() -> Path:
 def engine_plugins_dir() -> Path:
     """Code that runs inside an engine's interpreter (put on its PYTHONPATH or run as a script)."""
     return _shipped("engine_plugins")
+
+
+def engine_build_command(engine: str) -> str:
+    """What builds an engine environment: the checkout's make target, or the installed appliance's own command."""
+    return f"make engine-{engine}" if source_checkout() is not None else f"appliance build engine={engine}"
 
 
 def default_engines_dir(cache_dir: str) -> Path:

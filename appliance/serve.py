@@ -24,12 +24,12 @@ from appliance.control.api import create_app
 from appliance.control.sources import Sources
 from appliance.control.tls import uvicorn_tls
 from appliance.engines.steps import SetupStep, StepFailed, run_steps
-from appliance.errors import ConfigError, LaunchError
+from appliance.errors import HostRefusal, LaunchError
 from appliance.host.discovery import HostFacts, device_lock_name
 from appliance.observe.board_sources import board_monitor
 from appliance.plan import LaunchPlan
-from appliance.preflight.checks import CheckResult
 from appliance.preflight.launch import bound_socket, launch_checks
+from appliance.preflight.results import CheckResult
 from appliance.resources import build_dir
 from appliance.rollout.gates import GateFile
 from appliance.rollout.generation import Journal, journal_path
@@ -81,7 +81,7 @@ def preflight(plan: LaunchPlan, host: HostFacts) -> None:
         )
     launch = launch_checks(plan, os.environ, devices=bool(host.boards))
     if launch.errors:
-        raise ConfigError(launch.errors)
+        raise HostRefusal(launch.errors)
     for warning in launch.problems:
         log.warning("%s", warning.render())
 

@@ -48,7 +48,7 @@ from appliance.host.discovery import HostFacts
 from appliance.observe.board_health import BoardsView
 from appliance.observe.host_usage import HostUsage
 from appliance.plan import LaunchPlan, build_plan
-from appliance.preflight.checks import CheckResult
+from appliance.preflight.results import CheckResult
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import Command, Listener, SupervisorSnapshot

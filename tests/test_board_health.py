@@ -12,7 +12,7 @@ import pytest
 
 from appliance.config.schema import BoardsConfig
 from appliance.host.board_sensors import read_boards, readings_from_smi
-from appliance.host.discovery import parse_tt_smi
+from appliance.host.tt_smi import parse_tt_smi
 from appliance.host.tt_telemetry import TelemetryUnavailable, parse_tt_telemetry
 from appliance.observe.board_health import BoardMonitor, BoardsView
 from appliance.observe.board_sources import sysfs_reader

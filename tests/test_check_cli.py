@@ -15,8 +15,8 @@ from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 CHECK_IDS = [
     "host.mesh", "host.firmware", "host.kmd", "host.holders", "host.boards", "host.hugepages", "host.disk",
-    "host.memory", "host.launch", "host.ttnn", "pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler",
-    "pilot.api",
+    "host.memory", "host.weights", "host.tensor_cache", "host.launch", "host.ttnn", "pilot.cadence",
+    "pilot.isolation", "pilot.pinning", "pilot.scheduler", "pilot.api",
 ]  # fmt: skip
 
 

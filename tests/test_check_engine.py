@@ -50,7 +50,7 @@ def test_the_running_cpu_engine_serves_the_recorded_client_contract(check: Check
     assert pilot == dict.fromkeys(("pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler",
                                    "pilot.api"), "pass")  # fmt: skip
     assert statuses(report)["engine.config"] == "pass"  # the engine's own config code accepts the plan as planned
-    assert report["verdict"] == "pass" and report["summary"].startswith("READY (16 pass")
+    assert report["verdict"] == "pass" and report["summary"].startswith("READY (18 pass")
 
 
 def test_a_contract_field_the_engine_no_longer_accepts_fails_the_api_check(check: Check, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from appliance.compat.validate import validate
 from appliance.errors import LaunchError
 from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
-from appliance.preflight.checks import HostCheckInput, host_checks, params_from_name, require_host_ready
+from appliance.preflight.checks import host_checks, params_from_name, require_host_ready
+from appliance.preflight.results import HostCheckInput
 
 from .helpers import TINY, free_ports
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script

@@ -12,8 +12,8 @@ import filelock
 
 from appliance.engines.engine_env import probe_ttnn
 from appliance.host.discovery import discover_host
-from appliance.preflight.checks import HostCheckInput
 from appliance.preflight.pilot import ttnn_check
+from appliance.preflight.results import HostCheckInput
 
 from .test_check_host import given
 from .test_host import HOSTS

@@ -29,7 +29,7 @@ from appliance.control.documents import (
     StateDocument,
     parse,
 )
-from appliance.preflight.checks import check
+from appliance.preflight.results import check
 from tui.poll import Poller
 
 from .console_pilot import poll, recorded_console

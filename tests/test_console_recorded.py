@@ -17,7 +17,7 @@ from collections.abc import Callable
 from textual.widgets import DataTable, Input, Log
 
 from appliance.control.client import Target
-from appliance.preflight.checks import check
+from appliance.preflight.results import check
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.logs import LogsScreen

@@ -27,7 +27,7 @@ from appliance.control.documents import (
     parse,
     render,
 )
-from appliance.preflight.checks import check
+from appliance.preflight.results import check
 
 from .helpers import free_port
 from .recorded_appliance import (

@@ -40,7 +40,7 @@ from .helpers import TINY, Cli
 from .recorded_appliance import recorded_api, serving
 
 TOKEN = "tls-token"
-NOW = dt.datetime.now(dt.timezone.utc)
+NOW = dt.datetime.now(dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def test_a_key_others_can_read_is_refused_before_anything_binds(cli: Cli, pki: P
     done = cli("serve", "--no-probe", TINY, "mesh=cpu", f"engine.python={sys.executable}",
                f"control.tls={{cert_file: {pki.cert}, key_file: {exposed}, ca_file: {pki.ca}}}",
                env={"APPLIANCE_TOKEN": TOKEN})  # fmt: skip
-    assert done.returncode == 2
+    assert done.returncode == 3  # a fact of this host (README: exit codes)
     (line,) = done.stderr.strip().splitlines()[-1:]
     assert line.startswith("error[tls-key-exposed] control.tls.key_file: ") and str(exposed) in line
     assert "control API:" not in done.stdout

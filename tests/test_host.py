@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from appliance.compat.resolve import mesh_for_host
-from appliance.host.discovery import device_lock_name, discover_host, free_disk, parse_tt_smi
+from appliance.host.discovery import device_lock_name, discover_host, free_disk
+from appliance.host.tt_smi import parse_tt_smi
 
 DATA = Path(__file__).with_name("data")
 HOSTS = DATA / "hosts"

@@ -14,11 +14,11 @@ import pkgutil
 import re
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
 import pytest
-import tomllib
 
 import appliance
 

@@ -102,3 +102,22 @@ def test_plan_shows_the_policy(cli: Cli) -> None:
     assert ran.returncode == 0
     assert ("# media: inline data: URLs; remote URLs from images.example.org only, through the appliance's media gate, "
             "no redirects; no local files; at most 2 MB per image") in ran.stdout  # fmt: skip
+
+
+SHIPPED = [("mesh=cpu", "engine=cpu", "model=tiny_vl"), ("mesh=cpu", "engine=cpu", "model=smollm2"),
+           ("mesh=cpu", "engine=cpu", "model=tiny", "engine.scheduler=phased"), ("+model=llama", "mesh=t3k"),
+           TT_VISION]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", SHIPPED, ids=lambda c: " ".join(c))
+def test_extra_args_may_repeat_no_flag_the_plan_emits(config: tuple[str, ...]) -> None:
+    """vLLM takes a repeated flag's last value: an extra_args repeat would launch otherwise than the plan says."""
+    matrix = load_matrix()
+    validated = validate(compose_config(list(config)), matrix)
+    own = build_plan(validated).argv[: -len(validated.extra_args) or None]  # the config's own extra_args follow
+    emitted = [a for a in own if a.startswith("--")]
+    assert emitted
+    for flag in emitted:
+        with pytest.raises(ConfigError) as refused:
+            build_plan(validate(compose_config([*config, f"engine.extra_args=[{flag},'1']"]), matrix))
+        assert any(p.key == "engine.extra_args" and flag in p.message for p in refused.value.problems), flag

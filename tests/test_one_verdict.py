@@ -76,7 +76,7 @@ def test_validate_and_plan_refuse_what_serve_refuses_with_the_same_code(cli: Cli
     lines = {}
     for command in ("validate", "plan", "serve"):
         done = cli(command, *overrides, *state, env=env)
-        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done)
+        assert done.returncode == 3 and "Traceback" not in done.stderr, (command, done)
         lines[command] = _first_error(done.stderr)
         assert "control API:" not in done.stdout
     assert {line.partition(": ")[0] for line in lines.values()} == {f"error[{code}] {key}"}, lines
@@ -89,7 +89,7 @@ def test_a_port_another_process_holds_is_refused_by_each_with_a_free_one_to_use(
     lines = []
     for command in ("validate", "plan", "serve"):
         done = cli(command, f"serving.port={held_port}", f"paths.state_dir={tmp_path}")
-        assert done.returncode == 2, done
+        assert done.returncode == 3, done
         lines.append(_first_error(done.stderr))
     assert len(set(lines)) == 1 and lines[0].startswith(f"error[port-in-use] serving.port: 127.0.0.1:{held_port} ")
     free = int(lines[0].rsplit("serving.port=", 1)[1])
@@ -114,8 +114,9 @@ def test_the_host_only_names_are_the_host_checks_that_serve_runs() -> None:
     from appliance.config.compose import compose_config
     from appliance.host.discovery import discover_host
     from appliance.plan import build_plan
-    from appliance.preflight.checks import HostCheckInput, host_checks
+    from appliance.preflight.checks import host_checks
     from appliance.preflight.launch import HOST_CHECKS
+    from appliance.preflight.results import HostCheckInput
 
     validated = validate(compose_config(["+model=llama", "mesh=t3k"]), load_matrix())
     ran = host_checks(HostCheckInput(validated, build_plan(validated), discover_host()))

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +245,7 @@ def child_fetch(base: str, store: Path, lock: Path) -> subprocess.Popen[bytes]:
 def lock_for(files: dict[str, bytes], revision: str = REVISION) -> Lock:
     """The lock a first fetch of `files` records."""
     locked = tuple(LockedFile(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in sorted(files.items()))
-    return Lock(CHECKPOINT, revision, datetime.now(timezone.utc), "tests/weights_mirror.py", locked)
+    return Lock(CHECKPOINT, revision, datetime.now(UTC), "tests/weights_mirror.py", locked)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,15 @@ from appliance.compat.validate import ValidatedConfig, validate
 from appliance.errors import ConfigError, Problem
 from appliance.host.discovery import HostFacts, discover_host
 from appliance.plan import LaunchPlan, build_plan
-from appliance.preflight.checks import CheckResult
+from appliance.preflight.results import CheckResult
 
 __all__ = ["host_checks_for_serve", "register"]
 
 
 def host_checks_for_serve(validated: ValidatedConfig, plan: LaunchPlan, host: HostFacts) -> tuple[CheckResult, ...]:
     """Serve's blocking host checks: a failure is a LaunchError; warnings are printed, all are returned."""
-    from appliance.preflight.checks import HostCheckInput, require_host_ready
+    from appliance.preflight.checks import require_host_ready
+    from appliance.preflight.results import HostCheckInput
 
     if plan.engine == "tt":  # tt-smi names the processes that hold a device; the CPU engine opens none
         host = discover_host(tt_smi="tt-smi")

@@ -44,15 +44,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     launch = _launch(validated)
     found = validated.warnings + launch.problems
     fit = fit_of(found)
-    refused = any(p.severity == "error" for p in found)
+    # The config is valid (its own problems are warnings); what refuses it now are facts of this host: exit 3.
+    refused = 3 if any(p.severity == "error" for p in found) else 0
     if args.json:
         out.print_json(data=findings(found, fit) | {"host_only": list(launch.host_only)})
-        return 2 if refused else 0
+        return refused
     for problem in found:
         err.print(problem.render(), markup=False)
     if refused:
         err.print(f"fit: {fit.line()}", markup=False)
-        return 2
+        return refused
     row, state = validated.row, validated.state
     under = f", under vllm-tt-plugin {state.label}" if state else ""
     out.print(
@@ -104,7 +105,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if launch.errors:
         if args.json:
             out.print_json(data=findings(launch.problems, fit_of(launch.problems)))
-        return 2
+        return 3
     verdict = _probe(plan) if args.probe else None
     if args.json:
         out.print_json(data=plan.to_json() | ({"probe": verdict_json(verdict)} if verdict else {}))

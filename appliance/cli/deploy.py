@@ -15,7 +15,7 @@ from appliance import __version__
 from appliance.cli import slots
 from appliance.cli.common import Command, err, findings, out, validated_config
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ConfigError, LaunchError, Problem
+from appliance.errors import ConfigError, Problem
 from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
 
@@ -144,8 +144,6 @@ def _render_watch(args: argparse.Namespace) -> int:
         raise _missing("--site-file", f"render {args.kind} watches the appliances a site file lists")
     site, entries = args.job or args.site_file.stem, load_site_file(args.site_file)
     if args.kind == "grafana":
-        if sys.version_info < (3, 11):
-            raise LaunchError("render grafana needs Python 3.11 or newer (Grafana's foundation SDK does)")
         from appliance.deploy.grafana import render_grafana
 
         exporters = any(e.tt_telemetry for e in entries)

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from appliance.errors import ApiError, ApplianceError, ConfigError, EngineError, LaunchError
+from appliance.errors import ApiError, ApplianceError, ConfigError, EngineError, HostRefusal, LaunchError
 
 __all__ = ["COMMANDS", "command_parser", "main", "script"]
 
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
 def _report(error: ApplianceError, as_json: bool) -> None:
     from appliance.cli.common import err, findings, out
 
-    if isinstance(error, ConfigError):
+    if isinstance(error, (ConfigError, HostRefusal)):
         if as_json:
             out.print_json(data=findings(error.problems))
         for problem in error.problems:

@@ -10,7 +10,7 @@ from typing import Any
 
 from appliance.cli.common import err, findings, out
 from appliance.compat.matrix import load_matrix
-from appliance.errors import ConfigError
+from appliance.errors import ConfigError, HostRefusal
 from appliance.host.discovery import HostFacts, discover_host
 from appliance.slots.declare import load_slots, slots_choice
 from appliance.slots.plan import HostPlan, fit_problems, owned, plan_host
@@ -55,13 +55,13 @@ def validate_slots(args: argparse.Namespace) -> int:
 
 
 def refuse_launch(plan: HostPlan, host: HostFacts) -> None:
-    """What `serve` would refuse before it binds or spawns any slot (preflight/launch.py), as one ConfigError."""
+    """What `serve` would refuse before it binds or spawns any slot (preflight/launch.py), as one HostRefusal."""
     from appliance.preflight.launch import launch_checks
 
     devices = bool(host.boards)
     found = [p for slot in plan.slots for p in launch_checks(slot.plan, os.environ, devices=devices).errors]
     if found:
-        raise ConfigError(tuple(dict.fromkeys(found)))  # the slots share the control port: said once
+        raise HostRefusal(tuple(dict.fromkeys(found)))  # the slots share the control port: said once
 
 
 def plan_slots(args: argparse.Namespace) -> int:

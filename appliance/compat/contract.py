@@ -52,6 +52,8 @@ PLAN_OWNED_FLAGS: Mapping[str, str] = {
     "--scheduler-cls": "engine.scheduler",
     "--allowed-media-domains": "serving.allowed_media_domains",
     "--allowed-local-media-path": "serving.local_media_dir",
+    "--limit-mm-per-prompt": "serving.max_images_per_prompt",
+    "--mm-processor-kwargs": "serving.max_image_pixels",
 }
 _ADDITIONAL = "--additional-config"
 

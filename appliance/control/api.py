@@ -50,7 +50,7 @@ from appliance.host.discovery import HostFacts
 from appliance.observe.board_health import BoardsView
 from appliance.observe.host_usage import HostUsage, UsageSampler
 from appliance.plan import LaunchPlan
-from appliance.preflight.checks import CheckResult
+from appliance.preflight.results import CheckResult
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import Command, SupervisorSnapshot
 from appliance.runtime.tensor_cache import cache_state

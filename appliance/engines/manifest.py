@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ def read_manifest(
         engine=engine,
         interpreter=python,
         python=env.python,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         config_hash=config_hash,
         pins=_rows(pins, env, build_dir),
         drift=pin_drift(env, pins, environ, build_dir),

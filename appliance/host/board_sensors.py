@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.host.discovery import SmiSnapshot
+from appliance.host.tt_smi import SmiSnapshot
 
 __all__ = ["BoardReading", "read_board", "read_boards", "readings_from_smi"]
 

@@ -105,7 +105,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), timeout=120.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.host.board_sensors import BoardReading, readings_from_smi
-from appliance.preflight.checks import CheckResult, HostCheckInput, check
+from appliance.preflight.results import CheckResult, HostCheckInput, check
 
 __all__ = ["board_health_check"]
 

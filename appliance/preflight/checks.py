@@ -9,37 +9,29 @@ minutes of boot, or as an engine that dies while loading.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from appliance.compat.resolve import mesh_for_host
-from appliance.compat.validate import ValidatedConfig
 from appliance.errors import ConfigError, LaunchError
-from appliance.host.discovery import HostFacts, free_disk
+from appliance.host.discovery import free_disk
 from appliance.plan import LaunchPlan
+from appliance.preflight.board_check import board_health_check
+from appliance.preflight.results import CheckResult, CheckStatus, HostCheckInput, check
 from appliance.runtime.tensor_cache import cache_state
 
 __all__ = [
-    "CheckResult",
-    "CheckStatus",
-    "HostCheckInput",
-    "check",
     "disk_need",
     "host_checks",
     "memory_need",
     "params_from_name",
     "require_host_ready",
     "tensor_cache_need",
-    "worst",
 ]
 
-CheckStatus = Literal["pass", "warn", "fail", "unknown"]
-_RANK: Mapping[CheckStatus, int] = {"pass": 0, "warn": 1, "unknown": 2, "fail": 3}
 GIB = 1024**3
 # Measured for the CPU engine (build/cpu/NOTES.md): API server + EngineCore + Worker, KV cache excluded.
 CPU_ENGINE_BASE_BYTES = 2 * GIB
@@ -50,47 +42,9 @@ GENERATED_MODEL_BYTES = 512 * 1024**2
 _PARAMS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[bB](?![A-Za-z0-9])")
 
 
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    """One check's outcome, standing on its own in a report."""
-
-    id: str
-    title: str
-    status: CheckStatus
-    summary: str
-    evidence: Mapping[str, Any]
-    """Versions, paths and counts the status was decided on (JSON values)."""
-    fix: str = ""
-    blocking: bool = False
-    """`appliance serve` refuses to start when a blocking check fails."""
-
-
-@dataclass(frozen=True, slots=True)
-class HostCheckInput:
-    validated: ValidatedConfig
-    plan: LaunchPlan
-    host: HostFacts
-
-
-def check(
-    id: str, title: str, status: CheckStatus, summary: str, fix: str = "", *, blocking: bool = False, **evidence: Any
-) -> CheckResult:
-    """Build a CheckResult; keyword arguments become its evidence."""
-    return CheckResult(
-        id, title, status, summary, MappingProxyType(evidence), fix if status != "pass" else "", blocking
-    )
-
-
-def worst(results: tuple[CheckResult, ...]) -> CheckStatus:
-    """fail > unknown > warn > pass: an unproven check weighs more than a known warning."""
-    return max((r.status for r in results), key=_RANK.__getitem__, default="pass")
-
-
 def host_checks(given: HostCheckInput) -> tuple[CheckResult, ...]:
     """Every host check: the mesh, firmware, KMD, device holders, the boards' health, hugepages, disk, memory and
     the pinned checkpoint against its lock."""
-    from appliance.preflight.board_check import board_health_check  # it builds its result with this module's check()
-
     runs: tuple[Callable[[HostCheckInput], CheckResult], ...] = (
         _mesh, _firmware, _kmd, _holders, board_health_check, _hugepages, _disk, _memory, _weights, _tensor_cache,
     )  # fmt: skip

@@ -10,7 +10,7 @@ from appliance.engines.config_probe import probe_config
 from appliance.errors import LaunchError
 from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan
-from appliance.preflight.checks import CheckResult, check
+from appliance.preflight.results import CheckResult, check
 from appliance.runtime.spawn import engine_environment
 
 __all__ = ["engine_config_check"]

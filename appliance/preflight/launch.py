@@ -25,7 +25,8 @@ import psutil
 from appliance.errors import ConfigError, Problem
 from appliance.host.share import BIND, engine_cores
 from appliance.plan import LaunchPlan
-from appliance.preflight.checks import CheckResult, check
+from appliance.preflight.results import CheckResult, check
+from appliance.resources import engine_build_command
 
 __all__ = [
     "HOST_CHECKS",
@@ -127,7 +128,8 @@ def _paths(plan: LaunchPlan) -> Iterator[Problem]:
         yield Problem("checkpoint-missing", "model.checkpoint", f"{plan.model_path} is not a directory on this host",
                       "Copy the checkpoint there or point model.checkpoint at its folder")  # fmt: skip
     if not Path(plan.python).is_file():
-        fix = "Run `make engine-cpu`" if plan.engine == "cpu" else "Set engine.python to the tt-metal environment's"
+        fix = f"Run `{engine_build_command('cpu')}`" if plan.engine == "cpu" else (
+            "Set engine.python to the tt-metal environment's")  # fmt: skip
         yield Problem("engine-missing", "engine.python", f"the engine's interpreter {plan.python} does not exist", fix)
     if plan.media is not None and plan.media.site_local_dir and not Path(plan.media.local_dir).is_dir():
         # vLLM refuses the folder only once its server starts, after its imports.

@@ -25,11 +25,12 @@ from appliance.errors import ConfigError, EngineError, LaunchError
 from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan
 from appliance.preflight.api_contract import CONTRACT_FILE, diff_contract, load_contract, record_contract
-from appliance.preflight.checks import CheckResult, CheckStatus, HostCheckInput, check, host_checks, worst
+from appliance.preflight.checks import host_checks
 from appliance.preflight.engine_config import engine_config_check
 from appliance.preflight.isolation import scan_core
 from appliance.preflight.launch import launch_check
 from appliance.preflight.report import PilotReport
+from appliance.preflight.results import CheckResult, CheckStatus, HostCheckInput, check, worst
 from appliance.preflight.workload_fit import scheduler_check
 from appliance.resources import default_engines_dir
 from appliance.runtime.spawn import engine_environment
@@ -86,7 +87,7 @@ def run_pilot(validated: ValidatedConfig, plan: LaunchPlan, host: HostFacts, opt
         *((engine_config_check(plan, host),) if options.probe else ()),
     )
     return PilotReport(
-        generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         host_name=socket.gethostname(),
         appliance_version=__version__,
         host=host,

@@ -17,7 +17,7 @@ from appliance import markdown
 from appliance.engines.engine_env import EngineEnv, TtnnProbe
 from appliance.host.discovery import HostFacts
 from appliance.plan import LaunchPlan
-from appliance.preflight.checks import CheckResult, CheckStatus
+from appliance.preflight.results import CheckResult, CheckStatus
 
 __all__ = ["PilotReport", "report_json", "report_markdown", "verdict_line"]
 

@@ -41,7 +41,7 @@ def check_server_files(tls: ControlTls, now: dt.datetime | None = None) -> None:
     except ValueError as error:
         _refuse("tls-cert-invalid", "control.tls.cert_file", f"{tls.cert_file} is not a PEM certificate ({error})",
                 "Give the PEM file of the certificate")  # fmt: skip
-    moment = now or dt.datetime.now(dt.timezone.utc)
+    moment = now or dt.datetime.now(dt.UTC)
     if moment > cert.not_valid_after_utc:
         _refuse("tls-cert-expired", "control.tls.cert_file", f"{tls.cert_file} expired on "
                 f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC", "Renew the certificate")  # fmt: skip

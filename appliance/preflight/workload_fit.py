@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from appliance.compat.validate import ValidatedConfig
-from appliance.preflight.checks import CheckResult, CheckStatus, check
+from appliance.preflight.results import CheckResult, CheckStatus, check
 
 __all__ = ["DRAIN_WARN", "INTERRUPT_WARN", "LONG_PROMPT", "scheduler_check"]
 

@@ -99,7 +99,7 @@ async def run_reset(argv: Sequence[str], log: EngineLog) -> str | None:
         return f"reset command {argv[0]!r} could not run: {err.strerror}"
     try:
         output, _ = await asyncio.wait_for(proc.communicate(), RESET_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
         return f"reset command {' '.join(argv)} did not finish within {RESET_TIMEOUT_S:.0f}s"

@@ -23,7 +23,7 @@ from enum import Enum
 __all__ = ["TRANSITIONS", "EngineEvent", "EngineState", "drain_finished_in_log", "phase_from_log"]
 
 
-class EngineState(str, Enum):
+class EngineState(str, Enum):  # noqa: UP042 - not StrEnum: str() of a state stays "EngineState.READY" in logs
     VALIDATING = "validating"
     STARTING = "starting"
     LOADING = "loading"

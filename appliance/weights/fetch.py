@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -84,7 +84,7 @@ def fetch(source: Source, checkpoint: str, revision: str, store: Path, lock: Loc
         job = FileJob(source, checkpoint, revision, staging, "the listing" if lock is None else "the lock",
                       progress or QuietProgress(), retry, threading.Event())  # fmt: skip
         digests, received = _download_all(job, files, jobs)
-        made = lock or Lock(checkpoint, revision, datetime.now(timezone.utc), source.location,
+        made = lock or Lock(checkpoint, revision, datetime.now(UTC), source.location,
                             tuple(LockedFile(f.path, f.size, digests[f.path]) for f in files))  # fmt: skip
         _settle(staging, files)
         entry.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ def _present(source: Source, store: Path, checkpoint: str, revision: str, lock: 
         paths = sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file())
         digests = sha256_files([entry / p for p in paths], jobs)
         files = tuple(LockedFile(p, (entry / p).stat().st_size, d) for p, d in zip(paths, digests, strict=True))
-        made = Lock(checkpoint, revision, datetime.now(timezone.utc), source.location, files)
+        made = Lock(checkpoint, revision, datetime.now(UTC), source.location, files)
         write_stamp(store, made)
         return FetchResult(made, entry, 0, joined=True)
     try:

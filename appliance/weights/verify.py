@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
@@ -73,7 +73,7 @@ def write_stamp(store: Path, lock: Lock) -> None:
     """Record the entry's files as they are now as verified against `lock` (its files were just hashed)."""
     entry = entry_dir(store, lock.checkpoint, lock.revision)
     found = _stats(entry)
-    stamp = _Stamp(lock_digest(lock), datetime.now(timezone.utc), {path: _key(found[path]) for path in sorted(found)})
+    stamp = _Stamp(lock_digest(lock), datetime.now(UTC), {path: _key(found[path]) for path in sorted(found)})
     path = stamp_file(store, lock.checkpoint, lock.revision)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     temporary.write_bytes(_STAMP.dump_json(stamp, indent=1))
