@@ -7,6 +7,7 @@ blocking host checks under 50 ms (serve runs them before every boot), the full c
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from appliance.compat.validate import validate
 from appliance.engines.engine_env import inspect_engine, probe_ttnn
 from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
-from appliance.preflight.checks import HostCheckInput, host_checks
+from appliance.preflight.checks import host_checks
 from appliance.preflight.isolation import scan_core
+from appliance.preflight.results import HostCheckInput
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 5
@@ -37,6 +39,7 @@ def median_s(run: Callable[[], object], runs: int = RUNS) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__).parse_args()  # --help, and no stray arguments
     matrix = load_matrix()
     host = discover_host()
     validated = validate(resolve_config((), matrix, lambda: host), matrix)

@@ -15,6 +15,7 @@ tokens/s with the bound >= 0.95x without. Run from the repository root with noth
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -102,6 +103,7 @@ def measure(tmp: Path, share: str, idle_ansible: float) -> dict[str, float]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args()  # --help, and no stray arguments
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)

@@ -11,6 +11,7 @@ on a quiet host: `PYTHONPATH=. .venv/bin/python bench/upgrade_time.py`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import tempfile
@@ -37,6 +38,7 @@ def report(name: str, record: UpgradeDocument) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args()  # --help, and no stray arguments
     with tempfile.TemporaryDirectory() as tmp, running_appliance(Path(tmp), model="smollm2") as served:
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         for name, change in (("pass", ("serving.max_concurrency=8",)), ("rollback", ("model=tiny",))):

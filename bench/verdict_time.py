@@ -45,6 +45,11 @@ def median_s(repeat: int, once: Callable[[int], float]) -> float:
     return statistics.median(once(i) for i in range(repeat))
 
 
+def repeated_s(repeat: int, argv: list[str], cache: Path) -> float:
+    """The median of `repeat` runs of the same command against one cache."""
+    return median_s(repeat, lambda _: run_s(argv, cache))
+
+
 def site_dir(root: Path, count: int) -> Path:
     """`count` site files, each its own name and context, as a fleet's site dir holds them."""
     folder = root / f"sites-{count}"
@@ -65,10 +70,10 @@ def main() -> int:
         run_s([APPLIANCE, *VERDICT], root / "bytecode")  # the warm-up: a miss imports every module, compiled once
         run_s([sys.executable, "-c", HYDRA], warm)
         run_s([APPLIANCE, *VERDICT], warm)  # fills the cache for the cached figures
-        python = median_s(args.repeat, lambda _: run_s([sys.executable, "-c", "pass"], warm))
-        hydra = median_s(args.repeat, lambda _: run_s([sys.executable, "-c", HYDRA], warm))
+        python = repeated_s(args.repeat, [sys.executable, "-c", "pass"], warm)
+        hydra = repeated_s(args.repeat, [sys.executable, "-c", HYDRA], warm)
         first = median_s(args.repeat, lambda i: run_s([APPLIANCE, *VERDICT], root / f"cold-{i}"))
-        cached = median_s(args.repeat, lambda _: run_s([APPLIANCE, *VERDICT], warm))
+        cached = repeated_s(args.repeat, [APPLIANCE, *VERDICT], warm)
         # An override set the cache has not seen, the matrix and plugin states parsed already: an operator's next edit.
         unseen = median_s(args.repeat, lambda i: run_s([APPLIANCE, *VERDICT, f"serving.port={8100 + i}"], warm))
         print(f"interpreter floor (python -c pass)  {python:6.3f} s")
@@ -92,7 +97,7 @@ def main() -> int:
                 str(site_dir(root, count)),
             ]
             run_s(argv, warm)  # writes plan's bytecode and the sites' compositions: the figure is the cached run
-            times[count] = median_s(args.repeat, lambda _, a=argv: run_s(a, warm))
+            times[count] = repeated_s(args.repeat, argv, warm)
             print(f"plan --all-sites, {count:2d}+3 sites         {times[count]:6.3f} s  "
                   f"({count + 3} cold runs: ~{(count + 3) * cached:.2f} s)")  # fmt: skip
         per_site = (times[SITES[-1]] - times[SITES[0]]) / (SITES[-1] - SITES[0])

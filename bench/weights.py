@@ -40,7 +40,8 @@ from appliance.compat.validate import ValidatedConfig, validate
 from appliance.config.compose import compose_config
 from appliance.host.discovery import discover_host
 from appliance.plan import LaunchPlan, build_plan
-from appliance.preflight.checks import HostCheckInput, host_checks
+from appliance.preflight.checks import host_checks
+from appliance.preflight.results import HostCheckInput
 from appliance.preflight.weights_check import verified
 from appliance.serve import RECIPES
 from appliance.weights.fetch import fetch
