@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,11 @@ from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import ValidatedConfig, validate
 from appliance.config.compose import GROUPS, compose_config
 from appliance.deploy.k8s import DEVICE_CLASS, POD_OVERRIDES, K8sManifests, render_k8s
+from appliance.deploy.k8s_weights import FETCH_CONTAINER
 from appliance.deploy.systemd import render_systemd
 from appliance.plan import build_plan
+from appliance.weights.layout import lock_path
+from appliance.weights.lock import Lock, LockedFile, write_lock
 
 from .helpers import Cli
 
@@ -39,6 +44,26 @@ CONFIGS = {
         "key_file: /etc/tt-appliance/tls/tls.key, ca_file: /etc/tt-appliance/tls/ca.crt}",
     ),
 }
+
+
+CHECKPOINT, REVISION = "HuggingFaceTB/SmolLM2-135M-Instruct", hashlib.sha1(b"the site's pinned commit").hexdigest()
+PINNED = ("model=smollm2", "mesh=cpu", f"model.checkpoint={CHECKPOINT}", f"model.revision={REVISION}",
+          "site.weights.mirror=http://mirror.lab:8080")  # fmt: skip
+"""SmolLM2 as the hub publishes it, pinned, from a site mirror on a port of its own."""
+
+
+def record_lock(locks: Path) -> Path:
+    """The site's weights lock of PINNED's revision in `locks`, as its first fetch records it."""
+    path = lock_path(locks, CHECKPOINT, REVISION)
+    write_lock(path, Lock(CHECKPOINT, REVISION, datetime.now(UTC), "http://mirror.lab:8080",
+                          (LockedFile("model.safetensors", 3, "0" * 64),)))  # fmt: skip
+    return path
+
+
+def pinned(locks: Path) -> tuple[str, ...]:
+    """PINNED with its lock recorded in `locks` and a hub token the site reads from a file."""
+    record_lock(locks)
+    return (*PINNED, f"site.weights.locks_dir={locks}", "site.weights.token_file=/etc/tt-appliance/hf-token")
 
 
 def validated(matrix: CompatibilityMatrix, *overrides: str) -> ValidatedConfig:
@@ -210,3 +235,63 @@ def test_a_gate_file_the_pod_would_refuse_is_refused_at_render(cli: Cli, tmp_pat
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == (f"error[gate-file] {gates}:baseline: the workload gate needs goodput, ttft_p95. "
                                    "Record it, or add workload to gates.skip")  # fmt: skip
+
+
+def test_a_pinned_checkpoint_is_fetched_into_the_nodes_store_before_the_engine_starts(
+    matrix: CompatibilityMatrix, tmp_path: Path
+) -> None:
+    config = validated(matrix, *pinned(tmp_path / "locks"))
+    weights = build_plan(config).weights
+    assert weights is not None
+    manifests = render_k8s(config, image="x")
+    for doc in yaml.safe_load_all(manifests.yaml()):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    pod = kinds(manifests)["Deployment"]["spec"]["template"]["spec"]
+    (fetch,), (engine,) = pod["initContainers"], pod["containers"]
+    assert fetch["name"] == FETCH_CONTAINER and fetch["command"] == ["appliance", "fetch", *engine["command"][2:]]
+    assert fetch["securityContext"] == engine["securityContext"] and fetch["imagePullPolicy"] == "Always"
+    assert fetch["resources"]["limits"] == engine["resources"]["limits"] and "ports" not in fetch
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {c["name"]: {m["name"]: m for m in c["volumeMounts"]} for c in (fetch, engine)}
+    assert volumes["weights"]["hostPath"] == {"path": weights.store, "type": "Directory"}  # node-local, shared
+    assert mounts[FETCH_CONTAINER]["weights"] == {"name": "weights", "mountPath": weights.store, "readOnly": False}
+    assert mounts["appliance"]["weights"] == {"name": "weights", "mountPath": weights.store, "readOnly": True}
+    # The site's lock, where the pod's own composition of its config looks for it.
+    maps = {d["metadata"]["name"]: d["data"] for d in manifests.documents if d["kind"] == "ConfigMap"}
+    assert maps["tt-appliance-default-weights-lock"] == {"lock.json": Path(weights.lock_file).read_text()}
+    host_file = tmp_path / "config.yaml"
+    host_file.write_text(maps["tt-appliance-default-config"]["config.yaml"])
+    in_pod = build_plan(validate(compose_config(fetch["command"][2:], host_file=host_file), matrix)).weights
+    assert in_pod is not None and in_pod.entry == weights.entry
+    (item,) = volumes["weights-lock"]["configMap"]["items"]
+    for container in (FETCH_CONTAINER, "appliance"):
+        mount = mounts[container]["weights-lock"]
+        assert mount["readOnly"] and str(Path(mount["mountPath"]) / item["path"]) == in_pod.lock_file
+    # The hub token: the Secret's key as a file at the path the config names, for the fetch only; never a value.
+    assert volumes["weights-token"]["secret"] == {"secretName": "tt-appliance-default-secrets", "defaultMode": 0o400,
+                                                  "items": [{"key": "HF_TOKEN", "path": "token"}]}  # fmt: skip
+    assert mounts[FETCH_CONTAINER]["weights-token"] == {"name": "weights-token", "subPath": "token", "readOnly": True,
+                                                        "mountPath": "/etc/tt-appliance/hf-token"}  # fmt: skip
+    assert "weights-token" not in mounts["appliance"] and "secretKeyRef" not in str(pod)
+    assert {e["name"] for e in fetch["env"]} == {"APPLIANCE_HOST_FILE", "HOME", "USER"}
+    egress = kinds(manifests)["NetworkPolicy"]["spec"]["egress"]
+    assert {p["port"] for rule in egress for p in rule["ports"]} == {53, 443, 8080}  # the mirror's port
+
+
+def test_a_pin_ships_the_sites_lock_and_one_without_a_lock_is_refused_at_render(cli: Cli, tmp_path: Path) -> None:
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "lab.yaml").write_text("# @package _global_\nsite: {name: lab}\n")
+    args = ("render", "k8s", "site=lab", *PINNED, "--site-dir", str(sites), "--out", str(tmp_path / "k8s"))
+    refused = cli(*args)
+    assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.splitlines()) == 1
+    assert refused.stderr.startswith("error[weights-lock-missing] model.revision: ")
+    assert not (tmp_path / "k8s").exists()
+    lock = record_lock(sites / "weights-locks")
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    shipped = yaml.safe_load((tmp_path / "k8s" / "configmap-weights-lock.yaml").read_text())
+    assert shipped["data"]["lock.json"] == lock.read_text()
+    pod = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    mount = next(m for m in pod["initContainers"][0]["volumeMounts"] if m["name"] == "weights-lock")
+    assert mount["mountPath"] == "/run/tt-appliance/weights-locks"  # no site directory in the pod: its state dir

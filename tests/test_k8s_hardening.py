@@ -1,5 +1,6 @@
 """The Kubernetes manifests pass checkov (every check it skips is skipped in the manifest, with a reason),
-live in the site's namespace, admit only labelled peers, and carry secrets as files `serve` reads."""
+live in the site's namespace, admit only labelled peers, and carry secrets as files `serve` reads; the weights
+fetch's init container is held to the same."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from appliance.deploy.k8s_policy import CONTROL_CLIENT, ENGINE_CLIENT
 from appliance.errors import ConfigError
 
 from .appliance_process import ROOT
-from .test_deploy import kinds, rendered, validated
+from .test_deploy import kinds, pinned, rendered, validated
 
 CHECKOV = ROOT / ".tools" / "checkov" / "bin" / "checkov"
 DIGEST = "registry.example/tt-appliance@sha256:" + "0" * 64
@@ -28,6 +29,7 @@ RENDERS = {
     "cpu": (("mesh=cpu",), "tt-appliance:0.1.0"),
     "cpu-digest": (("mesh=cpu",), DIGEST),
     "cpu-tls": (("mesh=cpu", "control.tls={cert_file: /etc/tt/tls.crt, key_file: /etc/tt/tls.key}"), DIGEST),
+    "cpu-pinned": ((), DIGEST),  # a pinned checkpoint (test_deploy.pinned): the init container that fetches it
 }
 
 
@@ -36,9 +38,10 @@ def checkov(matrix: CompatibilityMatrix, tmp_path_factory: pytest.TempPathFactor
     """One checkov run (`--framework kubernetes`) over every render: its JSON report."""
     if not CHECKOV.is_file():
         pytest.fail(f"checkov is not installed at {CHECKOV.relative_to(ROOT)}: `make checkov` installs it", False)
-    out = tmp_path_factory.mktemp("k8s")
+    out, locks = tmp_path_factory.mktemp("k8s"), tmp_path_factory.mktemp("weights-locks")
     for name, (overrides, image) in RENDERS.items():
-        render_k8s(validated(matrix, *overrides), image=image, name=f"tt-{name}").write(out / name)
+        more = pinned(locks) if name == "cpu-pinned" else ()
+        render_k8s(validated(matrix, *overrides, *more), image=image, name=f"tt-{name}").write(out / name)
     done = subprocess.run([str(CHECKOV), "-d", str(out), "--framework", "kubernetes", "-o", "json", "--skip-download"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -205,7 +205,7 @@ def test_the_rendered_roll_judges_every_host_first_then_upgrades_one_at_a_time_a
     assert hosts["a"]["ansible_connection"] == "local" and "ansible_connection" not in hosts["b"]
     assert hosts["b"]["appliance_target"] == ["--url", "https://lab-02.example:8100", "--token-file", "/dev/stdin",
                                               "--ca-file", "/etc/ca.pem"]  # fmt: skip
-    judge, roll = yaml.safe_load(playbook)
+    _, judge, roll = yaml.safe_load(playbook)  # the fetch play comes first: tests/test_roll_fetch.py
     assert judge["any_errors_fatal"] is True and "serial" not in judge
     assert roll["serial"] == 1 and roll["max_fail_percentage"] == 0 and roll["vars"]["upgrade_args"] == [
         "serving.max_concurrency=8"]  # fmt: skip

@@ -2,18 +2,24 @@
 closed-loop client, rolled by a real Ansible (ansible-core, local connection) running `appliance upgrade` on each.
 
 In order, on the same two appliances:
-0. bad input (a plugin state that does not exist, a site file naming an unreachable appliance) changes nothing;
+0. bad input (a plugin state that does not exist, a site file naming an unreachable appliance) changes nothing, and
+   a revision the site's mirror does not have stops the roll in its first play (the fetch) before any appliance
+   leaves rotation;
 1. a canary that answers noise (the tiny random-weight model) fails its eval gate on the first appliance, which rolls
    itself back; the roll stops there and the second appliance is never touched;
-2. a real change (new engine pins, whose environment is built beside the running one, and a smaller concurrency
-   limit) passes every gate on both, one at a time;
+2. a real change (new engine pins, whose environment is built beside the running one, a smaller concurrency limit,
+   and SmolLM2 pinned at a hub revision served by a real nginx mirror) passes every gate on both, one at a time, with
+   the weights fetched and verified on both before the first is drained;
 3. an appliance killed in the middle of an upgrade comes back on the generation it served before.
-The client loses no request in 1 and 2. The gates run a short eval set (tests/data/eval-upgrade-gate.yaml) and
-a short workload run; their tolerances are wide because both appliances share two busy cores.
+The client loses no request in 0, 1 and 2. The gates run a short eval set (tests/data/eval-upgrade-gate.yaml) and
+a short workload run; their tolerances are wide because both appliances share two busy cores. The mirror publishes
+the embedded SmolLM2 (the files the appliances' model step built) in the hub's layout: the same weights under the
+hub's name, so the gates compare like with like.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -31,9 +38,12 @@ from appliance.control.client import ApiError
 from appliance.control.documents import StateDocument
 from appliance.resources import build_dir
 from appliance.rollout.environments import build_environment, pins_hash
+from appliance.weights.layout import entry_dir, stamp_file
 
 from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
-from .helpers import free_port
+from .helpers import cpu_plan, free_port
+from .test_roll_fetch import CHECKPOINT, pinned, publish
+from .weights_mirror import Mirror, Nginx, running_nginx
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 ANSIBLE = ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
@@ -46,6 +56,10 @@ GATES = ["--eval-set", str(Path(__file__).parent / "data" / "eval-upgrade-gate.y
 # like with like instead of two zeros or a zero and a lucky baseline.
 EXTRA = ("supervisor.deregister_s=2", "workload.output_tokens.mean=24", "workload.output_tokens.max=32",
          "workload.slo_ttft_ms=30000", "workload.slo_itl_ms=3000")  # fmt: skip
+
+
+REVISION = hashlib.sha1(b"SmolLM2 as the lab pins it").hexdigest()
+UNPUBLISHED = hashlib.sha1(b"a SmolLM2 commit the lab's mirror never had").hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +75,27 @@ def site(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                              f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
         with running_gateway(site_file, tokens(a, b), tmp / "gw", BODY) as url:
             yield a, b, site_file, url
+
+
+@pytest.fixture(scope="module")
+def mirror(site: tuple[Served, Served, Path, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
+    """The site's weights mirror: Debian's nginx serving, at REVISION, the SmolLM2 files an appliance's model step
+    built (build/models/convert_smollm2.py), in the hub's layout."""
+    a = site[0]
+    built = Path(cpu_plan(a.cache, f"paths.cache_dir={a.cache}", model="smollm2").model_path)
+    files = {p.name: p.read_bytes() for p in built.iterdir() if p.is_file() and not p.name.startswith(".")}
+    root = tmp_path_factory.mktemp("mirror")
+    publish(root / "site", REVISION, files)
+    with running_nginx(root / "nginx", Mirror(root / "site", root / "site", files), free_port()) as nginx:
+        yield nginx
+
+
+def weights_change(nginx: Nginx, revision: str = REVISION) -> list[str]:
+    return [*pinned(revision), f"site.weights.mirror={nginx.url}"]
+
+
+def store_entry(served: Served, revision: str = REVISION) -> Path:
+    return entry_dir(served.cache / "weights", CHECKPOINT, revision)
 
 
 def tokens(a: Served, b: Served) -> dict[str, str]:
@@ -174,6 +209,26 @@ def test_bad_input_is_refused_in_one_line_before_any_appliance_changes(
     assert a.state().upgrade is None and b.state().upgrade is None
 
 
+def test_a_revision_the_mirror_lacks_stops_the_roll_in_its_fetch_play_before_any_appliance_changes(
+    site: tuple[Served, Served, Path, str], mirror: Nginx, tmp_path: Path
+) -> None:
+    a, b, site_file, url = site
+    before = {"a": a.state(), "b": b.state()}
+    asked = len(mirror.requests())
+    with ClosedLoop(url, streams=1, body=BODY) as load:
+        ran = roll(site_file, a, b, tmp_path, *weights_change(mirror, UNPUBLISHED))
+    assert ran.returncode != 0 and "stop before any appliance leaves rotation" in ran.stdout, ran.stdout
+    assert f"{UNPUBLISHED}: HTTP 404 from {mirror.url}/api/models/{CHECKPOINT}/tree/{UNPUBLISHED}" in ran.stdout
+    assert "PLAY [judge" not in ran.stdout and "PLAY [upgrade" not in ran.stdout  # the roll ended in its first play
+    for name, served in (("a", a), ("b", b)):
+        state = served.state()
+        assert (state.generation, state.upgrade) == (before[name].generation, before[name].upgrade)  # none began
+        assert not store_entry(served, UNPUBLISHED).exists()
+    assert [(r.uri, r.status) for r in mirror.requests()[asked:]] == [
+        (f"/api/models/{CHECKPOINT}/tree/{UNPUBLISHED}", 404)] * 2  # fmt: skip
+    assert load.failures() == {} and load.outcomes["ok"] > 0, load.outcomes  # never out of rotation
+
+
 def test_a_canary_that_answers_noise_is_rolled_back_and_the_roll_stops_before_the_next_appliance(
     site: tuple[Served, Served, Path, str], tmp_path: Path
 ) -> None:
@@ -195,18 +250,21 @@ def test_a_canary_that_answers_noise_is_rolled_back_and_the_roll_stops_before_th
 
 
 def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing_no_request(
-    site: tuple[Served, Served, Path, str], tmp_path: Path
+    site: tuple[Served, Served, Path, str], mirror: Nginx, tmp_path: Path
 ) -> None:
     a, b, site_file, url = site
     before = {"a": generation(a), "b": generation(b)}
+    served = {"a": a, "b": b}
     recipe = tmp_path / "build"  # new engine pins: a recipe of its own, built beside the running environment
     shutil.copytree(build_dir() / "cpu", recipe / "cpu")
     environment = ROOT / ".engines" / f"cpu-{pins_hash(recipe / 'cpu')}"
     # Built before the client's load starts, by the code the upgrade runs, which then finds it built: under load the
     # two engines' workers hold both cores and the build takes minutes instead of 20 s.
     assert build_environment(ROOT / ".engines", "cpu", recipe) == environment / "bin" / "python"
+    asked = len(mirror.requests())
     with ClosedLoop(url, streams=2, body=BODY) as load:
-        ran = roll(site_file, a, b, tmp_path, "--build-dir", str(recipe), "serving.max_concurrency=8")
+        ran = roll(site_file, a, b, tmp_path, "--build-dir", str(recipe), "serving.max_concurrency=8",
+                   *weights_change(mirror))  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     states = {"a": a.state(), "b": b.state()}
     for name, state in states.items():
@@ -218,8 +276,16 @@ def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing
         assert {g.name for g in upgrade.gates} == {"ready", "capabilities", "eval", "goodput", "ttft_p95"}
         assert all(g.passed for g in upgrade.gates) and state.max_concurrency == 8
         assert state.generation.engine_python == str(environment / "bin" / "python") == state.plan.argv[0]
+        assert state.checkpoint == CHECKPOINT and state.served_name == BODY["model"]
+        assert str(store_entry(served[name])) in state.plan.argv  # the engine serves the verified copy
     assert _one_at_a_time(states["a"], states["b"]), "the second upgrade began before the first ended"
     assert load.failures() == {} and load.outcomes["ok"] > 0, load.outcomes
+    # Both hosts fetched every file once, and had it verified in their store before the first was drained.
+    fetched = Counter(r.uri for r in mirror.requests()[asked:] if r.status == 200)
+    assert set(fetched.values()) == {2} and len(fetched) == len(list(store_entry(a).iterdir())) + 1, fetched
+    drained = min(state.upgrade.started for state in states.values() if state.upgrade is not None)
+    for name in served:
+        assert stamp_file(served[name].cache / "weights", CHECKPOINT, REVISION).stat().st_mtime < drained, name
 
 
 def _one_at_a_time(first: StateDocument, second: StateDocument) -> bool:

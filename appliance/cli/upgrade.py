@@ -6,9 +6,15 @@ anything changes, with its own files and environment as its `serve` would (valid
 engine's own config code asked in the new environment), then runs the upgrade itself (POST /upgrade); this
 command follows its steps in /state until it ends.
 
-Exit codes: 0 passed (or nothing to change), 1 a gate failed and the old generation serves again, 2 the new
-config is refused, 3 the appliance cannot be upgraded now (unreachable, an upgrade under way), 4 the upgrade
-was interrupted or its rollback failed.
+With `--fetch` it changes nothing in the appliance: it composes the new generation as the appliance would (its
+serving overrides with the change, its site directory and paths, read from its control API) and fetches that
+generation's pinned checkpoint into this host's model store, verified against its weights lock, so the upgrade's
+judge finds it there and the time out of rotation never includes a download (a site's roll runs it on every host
+first).
+
+Exit codes: 0 passed (or nothing to change, or fetched), 1 a gate failed and the old generation serves again, 2 the
+new config is refused, 3 the appliance cannot be upgraded now (unreachable, an upgrade under way, a fetch that
+failed), 4 the upgrade was interrupted or its rollback failed.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from typing import TYPE_CHECKING
 
 from pydantic_core import to_jsonable_python
 
-from appliance.cli.common import Command, out
+from appliance.cli.common import Command, out, validated_config
 from appliance.cli.serve import control_token
+from appliance.compat.matrix import load_matrix
 from appliance.errors import ApiError, ConfigError, EngineError, LaunchError, Problem
 
 if TYPE_CHECKING:
@@ -35,6 +42,9 @@ _EXIT = {"passed": 0, "rolled-back": 1, "interrupted": 4, "failed": 4}
 _JUDGE_TIMEOUT_S = 900.0  # the appliance answers POST /upgrade after building the model and probing (tt: 300 s)
 _GATE_FLAGS = ("ready_s", "eval_tolerance", "eval_set", "load_duration_s", "load_requests", "goodput_tolerance",
                "ttft_tolerance", "skip")  # fmt: skip
+_PLACE = ("paths.cache_dir", "paths.state_dir")
+"""Keys the appliance resolved from its own environment (HOME, APPLIANCE_CACHE_DIR), which this command's need not
+share: the model store and the weights locks lie under them."""
 
 
 def merged_overrides(base: tuple[str, ...], change: list[str]) -> tuple[str, ...]:
@@ -55,8 +65,11 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     gates = to_jsonable_python(parse_settings(given, "--"))
     target = Target(args.url, args.url.rstrip("/"), control_token(args), args.ca_file)
     with SyncControlClient(target, timeout_s=_JUDGE_TIMEOUT_S) as api:
-        generation = _serving(api)
+        state, generation = _serving(api)
         change = list(args.overrides)
+        if args.fetch:
+            return _fetch(args.url, state, merged_overrides(generation.overrides, change),
+                          args.against or generation.against)  # fmt: skip
         if args.build_dir is not None:
             python = _built(args.build_dir, api.state())
             change = [o for o in change if _key(o) != "engine.python"] + [f"engine.python={python}"]
@@ -78,8 +91,9 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     return _EXIT[final.outcome]
 
 
-def _serving(api: SyncControlClient) -> GenerationDocument:
-    """The generation the appliance serves; LaunchError (nothing changed) when it cannot be upgraded now."""
+def _serving(api: SyncControlClient) -> tuple[StateDocument, GenerationDocument]:
+    """The appliance's state and the generation it serves; LaunchError (nothing changed) when it cannot be upgraded
+    now."""
     try:
         state = api.state()
     except ApiError as error:
@@ -88,7 +102,26 @@ def _serving(api: SyncControlClient) -> GenerationDocument:
         raise LaunchError(f"{api.target.name}: keeps no generations (a slot, or an older appliance); nothing changed")
     if state.upgrade is not None and state.upgrade.outcome == "running":
         raise LaunchError(f"{api.target.name}: an upgrade is under way (step {state.upgrade.step}); wait for it")
-    return state.generation
+    return state, state.generation
+
+
+def _fetch(url: str, state: StateDocument, overrides: tuple[str, ...], against: str | None) -> int:
+    """The new generation's pinned checkpoint fetched into this host's store and verified (exit 3 in one line when
+    it cannot be), composed as the serving appliance composes it: with its site directory and its paths."""
+    from appliance.cli.weights import fetch_weights
+    from appliance.plan import build_plan
+
+    place = tuple(f"{key}={state.config[key]}" for key in _PLACE if state.config.get(key))
+    composed = list(merged_overrides(place, list(overrides)))  # the generation's own paths, where it sets them
+    site_dir = Path(state.site_dir) if state.site_dir else None
+    asked = argparse.Namespace(overrides=composed, site_dir=site_dir, against=against)
+    plan = build_plan(validated_config(asked, load_matrix()))
+    if plan.weights is None:
+        out.print(f"{url}: nothing to fetch: the new generation pins no hub checkpoint ({plan.checkpoint})",
+                  markup=False)  # fmt: skip
+        return 0
+    fetch_weights(plan, [*composed, *(["--site-dir", str(site_dir)] if site_dir else [])])
+    return 0
 
 
 def _built(build_dir: Path, state: StateDocument) -> str:
@@ -160,7 +193,10 @@ def register(command: Command) -> None:
                      "beside the running environment, named by its pins' hash")  # fmt: skip
     cmd.add_argument("--against", metavar="vllm=X", help="a new plugin state: judge and serve the generation under "
                      "the recorded state that targets vLLM X (default: the serving generation's)")  # fmt: skip
-    cmd.add_argument("--check", action="store_true", help="judge the change only; change nothing")
+    mode = cmd.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="judge the change only; change nothing")
+    mode.add_argument("--fetch", action="store_true", help="fetch and verify the new generation's pinned weights into"
+                      " this host's model store, changing nothing in the appliance (a roll's first play)")  # fmt: skip
     cmd.add_argument("--json", action="store_true", help="the final upgrade record as JSON")
     gates = cmd.add_argument_group("gates (each has a default and a range; see the docs, Generations and upgrades)")
     gates.add_argument("--ready-s", type=float, help="boot budget (default: the new plan's ready_timeout_s)")

@@ -47,6 +47,11 @@ class Upgrades(Protocol):
 
     def in_rotation(self) -> bool: ...
 
+    @property
+    def site_dir(self) -> str | None:
+        """The site directory every generation's overrides are composed with (absolute); None: none."""
+        ...
+
     def generations(self) -> tuple[GenerationDocument, GenerationDocument | None, UpgradeDocument | None]:
         """The current generation, the previous one and the last upgrade."""
         ...

@@ -1,9 +1,13 @@
 """A site's upgrade as an Ansible playbook and inventory: the roll is Ansible's, each host's upgrade the appliance's.
 
-Two plays over the site's appliances (one inventory group, from the site file):
-1. judge: `appliance upgrade --check` on every host at once; one refusal or unreachable appliance fails the
+Three plays over the site's appliances (one inventory group, from the site file):
+1. fetch: `appliance upgrade --fetch` on every host at once brings the new generation's pinned weights into the
+   host's model store and verifies them against their lock (nothing pinned: nothing to do); one failed fetch fails
+   the whole run before any host leaves rotation (`any_errors_fatal`), so the time a host is out of rotation never
+   includes a download.
+2. judge: `appliance upgrade --check` on every host at once; one refusal or unreachable appliance fails the
    whole run before any host changes (`any_errors_fatal`).
-2. upgrade: one host at a time (`serial: 1`), `appliance upgrade` with its gates; the appliance rolls itself back
+3. upgrade: one host at a time (`serial: 1`), `appliance upgrade` with its gates; the appliance rolls itself back
    when a gate fails, the play waits for it to be serving again, and the roll stops there
    (`max_fail_percentage: 0`), the hosts after it untouched.
 
@@ -11,7 +15,8 @@ Each host's control token is read from the controller's environment by the varia
 (`lookup('ansible.builtin.env', ...)` at run time) and handed to `appliance upgrade --token-file /dev/stdin`: no
 value is written in the files, shown in Ansible's output or put in a process's arguments. The change is the
 playbook's `upgrade_args` (overrides and `appliance upgrade` flags), set at render time and overridable with
-`ansible-playbook -e`.
+`ansible-playbook -e`; every play passes the same, so the fetch composes the generation the judge and the upgrade
+are asked for.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ __all__ = ["AnsibleFiles", "render_ansible"]
 
 _GROUP = re.compile(r"[^A-Za-z0-9_]")
 _READY_RETRIES, _READY_DELAY_S = 120, 5  # how long a rolled-back host may take to serve again: 10 minutes
+_CHANGED: dict[str | None, bool | str] = {  # what each `appliance upgrade` mode changed, as Ansible reports it
+    "--check": False,
+    "--fetch": "'fetched:' in upgrade.stdout and 'already in the store' not in upgrade.stdout",
+    None: "'upgrade passed' in upgrade.stdout",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +51,19 @@ class AnsibleFiles:
 
 def render_ansible(site: str, entries: Sequence[Appliance], appliance: Sequence[str],
                    upgrade_args: Sequence[str]) -> AnsibleFiles:  # fmt: skip
-    """The inventory of `entries` (group `site`) and the two-play upgrade playbook; `appliance` is the command that
-    runs `appliance` on the hosts."""
+    """The inventory of `entries` (group `site`) and the three-play upgrade playbook; `appliance` is the command
+    that runs `appliance` on the hosts."""
     group = _GROUP.sub("_", site)
     hosts = {entry.name: _host_vars(entry) for entry in entries}
     inventory = {"all": {"children": {group: {"hosts": hosts}}}}
     variables = {"appliance_command": list(appliance), "upgrade_args": list(upgrade_args)}
-    playbook = [_judge_play(group, variables), _upgrade_play(group, variables)]
+    fetch = _everywhere_play("fetch and verify the new generation's weights on every host", group, variables,
+                             _upgrade_task("the new generation's weights are in the store, verified", "--fetch"),
+                             "stop before any appliance leaves rotation")  # fmt: skip
+    judge = _everywhere_play("judge the change on every appliance before any changes", group, variables,
+                             _upgrade_task("the appliance answers and accepts the new generation", "--check"),
+                             "stop before any appliance changes")  # fmt: skip
+    playbook = [fetch, judge, _upgrade_play(group, variables)]
     return AnsibleFiles(_dump(inventory), _dump(playbook))
 
 
@@ -72,10 +88,11 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _upgrade_task(name: str, check: bool) -> dict[str, Any]:
-    argv = (
-        f"{{{{ appliance_command + ['upgrade'] + appliance_target + {['--check'] if check else []} + upgrade_args }}}}"
-    )
+def _upgrade_task(name: str, mode: str | None) -> dict[str, Any]:
+    """`appliance upgrade` on the host; `mode`: `--fetch` or `--check` (changing nothing in the appliance), None:
+    the upgrade itself."""
+    flags = [mode] if mode else []
+    argv = f"{{{{ appliance_command + ['upgrade'] + appliance_target + {flags} + upgrade_args }}}}"
     return {
         "name": name,
         # The token reaches the command on its stdin: neither its argv nor its environment (both in the process
@@ -83,30 +100,32 @@ def _upgrade_task(name: str, check: bool) -> dict[str, Any]:
         "ansible.builtin.command": {"argv": argv, "stdin": "{{ lookup('ansible.builtin.env', appliance_token_env) }}"},
         "no_log": True,
         "register": "upgrade",
-        "changed_when": False if check else "'upgrade passed' in upgrade.stdout",
+        "changed_when": _CHANGED[mode],
     }
 
 
 def _said(name: str) -> dict[str, Any]:
-    """Fail with what `appliance upgrade` said last (its refusal on stderr, else its outcome on stdout)."""
-    lines = "((upgrade.stdout_lines | default([])) + (upgrade.stderr_lines | default([])))"
-    return {"name": name, "ansible.builtin.fail": {"msg": f"{{{{ {lines} | last | default('appliance upgrade "
-                                                         "failed') }}"}}  # fmt: skip
+    """Fail with what `appliance upgrade` said last: its refusal on stderr (`error...`), else its outcome on stdout.
+    Only the error lines of stderr count: a set-up step (`--build-dir`'s environment) reports progress there too.
+
+    In a play over every host at once (`any_errors_fatal`), one host's failure sends every host here: a host whose
+    own step passed says so, so only the failed hosts read as failures."""
+    refusal = "(upgrade.stderr_lines | default([]) | select('match', 'error') | list)"
+    said = f"(({refusal} or (upgrade.stdout_lines | default([]))) | last | default('appliance upgrade failed'))"
+    msg = f"{{{{ {said} if upgrade is failed else 'stopped with the others (another host failed); here: ' ~ {said} }}}}"
+    return {"name": name, "ansible.builtin.fail": {"msg": msg}}
 
 
-def _judge_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
+def _everywhere_play(name: str, group: str, variables: dict[str, Any], task: dict[str, Any],
+                     stop: str) -> dict[str, Any]:  # fmt: skip
+    """`task` on every host at once (no serial); one failure fails the whole run, said as the command said it."""
     return {
-        "name": "judge the change on every appliance before any changes",
+        "name": name,
         "hosts": group,
         "gather_facts": False,
         "any_errors_fatal": True,
         "vars": variables,
-        "tasks": [
-            {
-                "block": [_upgrade_task("the appliance answers and accepts the new generation", check=True)],
-                "rescue": [_said("stop before any appliance changes")],
-            }
-        ],
+        "tasks": [{"block": [task], "rescue": [_said(stop)]}],
     }
 
 
@@ -131,7 +150,7 @@ def _upgrade_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
         "max_fail_percentage": 0,
         "vars": variables,
         "tasks": [{
-            "block": [_upgrade_task("appliance upgrade (the appliance rolls itself back if a gate fails)", False),
+            "block": [_upgrade_task("appliance upgrade (the appliance rolls itself back if a gate fails)", None),
                       serving],
             "rescue": [serving, _said("stop the roll at the failed gate")],
         }],

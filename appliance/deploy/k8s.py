@@ -6,6 +6,10 @@ chart v0.2 does, so the pod needs neither privileged mode nor a /dev/tenstorrent
 resolved config travels in a ConfigMap read as the host-local layer; the Secret is mounted as files
 that `serve` reads through APPLIANCE_SECRETS_DIR. Every manifest goes in `site.namespace`; what the
 pod may do and who may reach it is in `k8s_policy`.
+
+A pinned checkpoint (`model.revision`) is fetched by an init container, `fetch-weights` (`appliance fetch`), into
+the node's model store and verified against the site's weights lock (`k8s_weights`): the engine's container starts
+only once the weights are there.
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ from pydantic_core import to_jsonable_python
 from appliance.compat.validate import ValidatedConfig
 from appliance.config.compose import GROUPS
 from appliance.deploy import k8s_policy
+from appliance.deploy.k8s_weights import (
+    FETCH_CONTAINER,
+    PodFetch,
+    lock_config_map,
+    pod_fetch,
+    weights_mounts,
+    weights_volumes,
+)
 from appliance.plan import LaunchPlan, build_plan
 
 __all__ = ["DEVICE_CLASS", "POD_OVERRIDES", "K8sManifests", "render_k8s"]
@@ -99,9 +111,12 @@ def render_k8s(validated: ValidatedConfig, *, image: str, name: str | None = Non
     if gates is not None:
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-gates", **meta},
                      "data": {Path(GATES_FILE).name: gates}})  # fmt: skip
+    fetch = pod_fetch(validated, plan)
+    if fetch is not None:
+        docs.append(lock_config_map(name, fetch, meta))
     if plan.engine == "tt":
         docs.append(_claim_template(name, validated, meta))
-    docs += [_deployment(name, plan, image, meta, replicas, gates is not None), _service(name, plan, meta)]
+    docs += [_deployment(name, plan, image, meta, replicas, gates is not None, fetch), _service(name, plan, meta)]
     docs.append(k8s_policy.network_policy(name, plan, meta))
     return K8sManifests(name, tuple(docs))
 
@@ -135,14 +150,16 @@ def _claim_template(name: str, validated: ValidatedConfig, meta: dict[str, Any])
 
 
 def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any], replicas: int,
-                gated: bool) -> dict[str, Any]:  # fmt: skip
+                gated: bool, fetch: PodFetch | None) -> dict[str, Any]:  # fmt: skip
     tt, sup = plan.engine == "tt", plan.supervisor
     pod: dict[str, Any] = {
         "serviceAccountName": name,
         "automountServiceAccountToken": False,
         "securityContext": k8s_policy.pod_security(),
-        "containers": [_container(name, plan, image, gated)],
-        "volumes": _volumes(name, plan, gated),
+        # The engine never starts before its weights are in the store and match the site's lock.
+        **({"initContainers": [_fetch_container(plan, image, fetch)]} if fetch else {}),
+        "containers": [_container(name, plan, image, gated, fetch)],
+        "volumes": _volumes(name, plan, gated) + (weights_volumes(name, fetch) if fetch else []),
         # Out of rotation (deregister_s), the drain (shutdown_timeout_s) and the group kill (stop_grace_s),
         # with room for the appliance's exit.
         "terminationGracePeriodSeconds": int(sup.deregister_s + sup.shutdown_timeout_s + sup.stop_grace_s) + 15,
@@ -170,16 +187,9 @@ def _strategy(plan: LaunchPlan) -> dict[str, Any]:
     return {"type": "RollingUpdate", "rollingUpdate": one}
 
 
-def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str, Any]:
+def _container(name: str, plan: LaunchPlan, image: str, gated: bool, fetch: PodFetch | None) -> dict[str, Any]:
     tt = plan.engine == "tt"
-    choices = [f"{g}={plan.choices[g]}" for g in GROUPS if g != "site" and g in plan.choices]
-    cpu, memory = _cpu(plan), _MEMORY[plan.engine]
-    resources: dict[str, Any] = {"requests": {"cpu": cpu[0], "memory": memory},
-                                 "limits": {"cpu": cpu[1], "memory": memory}}  # fmt: skip
-    if tt:
-        # Kubernetes requires hugepage requests and limits to be equal.
-        resources["requests"]["hugepages-1Gi"] = resources["limits"]["hugepages-1Gi"] = _HUGEPAGES
-        resources["claims"] = [{"name": "boards"}]
+    resources = _resources(plan, devices=tt)
     # The root filesystem is read-only: everything the appliance and the engine write is a volume.
     mounts = [{"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
               {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
@@ -190,16 +200,15 @@ def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str
     mounts += _tls_mounts(plan)
     if gated:
         mounts.append({"name": "gates", "mountPath": str(Path(GATES_FILE).parent), "readOnly": True})
-    # HOME and USER for the engine's own caches (~/.cache) and getpass: uid 10001 has no passwd entry.
-    env = {"APPLIANCE_HOST_FILE": CONFIG_FILE, "APPLIANCE_SECRETS_DIR": SECRETS_DIR, "HOME": "/tmp",
-           "USER": "tt-appliance"}  # fmt: skip
+    if fetch is not None:  # `serve` checks the store against the lock; the engine reads the store, never writes it
+        mounts += weights_mounts(fetch, fetching=False)
     return {
         "name": "appliance",
         "image": image,
         # Each start asks the registry, so a node's cached copy is never run without the pull credentials.
         "imagePullPolicy": "Always",
-        "command": ["appliance", "serve", *(["--gates", GATES_FILE] if gated else []), *choices],
-        "env": [{"name": key, "value": value} for key, value in env.items()],
+        "command": ["appliance", "serve", *(["--gates", GATES_FILE] if gated else []), *_choices(plan)],
+        "env": _env(secrets=True),
         "ports": [
             {"name": "openai", "containerPort": plan.port},
             {"name": "control", "containerPort": plan.control.port},
@@ -212,6 +221,48 @@ def _container(name: str, plan: LaunchPlan, image: str, gated: bool) -> dict[str
         # in-flight requests finish; SIGTERM then finds the engine stopped.
         "lifecycle": {"preStop": {"exec": {"command": _drain_command(plan)}}},
     }
+
+
+def _fetch_container(plan: LaunchPlan, image: str, fetch: PodFetch) -> dict[str, Any]:
+    """`appliance fetch` of the pod's config into the node's store, hardened as the appliance's container."""
+    # The cache as the appliance mounts it: the disk check reads whether the tensor cache is built (then it needs no
+    # room beside the weights), and the default store's mount point lies inside it, where the runtime makes it.
+    mounts = [{"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
+              {"name": "tmp", "mountPath": "/tmp"}, {"name": "cache", "mountPath": CACHE_DIR},
+              *weights_mounts(fetch, fetching=True)]  # fmt: skip
+    return {
+        "name": FETCH_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "Always",
+        "command": ["appliance", "fetch", *_choices(plan)],
+        "env": _env(secrets=False),
+        "resources": _resources(plan, devices=False),
+        "securityContext": k8s_policy.container_security(),
+        "volumeMounts": mounts,
+    }
+
+
+def _choices(plan: LaunchPlan) -> list[str]:
+    """The group choices: the ConfigMap's host-local layer holds every value."""
+    return [f"{g}={plan.choices[g]}" for g in GROUPS if g != "site" and g in plan.choices]
+
+
+def _env(*, secrets: bool) -> list[dict[str, str]]:
+    # HOME and USER for the engine's own caches (~/.cache) and getpass: uid 10001 has no passwd entry.
+    env = {"APPLIANCE_HOST_FILE": CONFIG_FILE, **({"APPLIANCE_SECRETS_DIR": SECRETS_DIR} if secrets else {}),
+           "HOME": "/tmp", "USER": "tt-appliance"}  # fmt: skip
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def _resources(plan: LaunchPlan, *, devices: bool) -> dict[str, Any]:
+    cpu, memory = _cpu(plan), _MEMORY[plan.engine]
+    resources: dict[str, Any] = {"requests": {"cpu": cpu[0], "memory": memory},
+                                 "limits": {"cpu": cpu[1], "memory": memory}}  # fmt: skip
+    if devices:
+        # Kubernetes requires hugepage requests and limits to be equal.
+        resources["requests"]["hugepages-1Gi"] = resources["limits"]["hugepages-1Gi"] = _HUGEPAGES
+        resources["claims"] = [{"name": "boards"}]
+    return resources
 
 
 def _cpu(plan: LaunchPlan) -> tuple[str, str]:

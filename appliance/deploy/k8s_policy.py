@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from appliance.plan import LaunchPlan
 
@@ -54,7 +55,8 @@ def service_account(name: str, meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Ingress by label to each port; egress to the cluster DNS and HTTPS (the hub's weights and tokenizer).
+    """Ingress by label to each port; egress to the cluster DNS, HTTPS (the hub's weights and tokenizer) and a site
+    mirror's port.
 
     Kubelet probes come from the node, which most CNIs (Calico, Cilium, the kubenet/bridge plugins) let
     through whatever the policy says; on one that does not, add the nodes' CIDR as an ipBlock to the
@@ -77,12 +79,21 @@ def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict
             {"from": peers(ENGINE_CLIENT), "ports": [port(plan.port)]},
             {"from": peers(CONTROL_CLIENT), "ports": [port(plan.control.port)]},
         ],
-        # Hub downloads (weights, tokenizer, the embedded recipes' pinned wheels) go out on 443 to
-        # addresses no selector names; a site with local weights can drop that rule.
-        "egress": [{"to": [dns], "ports": [port(53, "UDP"), port(53)]}, {"ports": [port(443)]}],
-    }
+        # Hub downloads (weights, tokenizer, the embedded recipes' pinned wheels) go out on 443, and the weights
+        # fetch to a site mirror on its port, to addresses no selector names; a site with local weights can drop it.
+        "egress": [{"to": [dns], "ports": [port(53, "UDP"), port(53)]},
+                   {"ports": [port(number) for number in sorted({443, *_mirror_port(plan)})]}],
+    }  # fmt: skip
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name, **meta},
             "spec": spec}  # fmt: skip
+
+
+def _mirror_port(plan: LaunchPlan) -> tuple[int, ...]:
+    """The port of the site mirror the pod's weights fetch reads over HTTP, if any."""
+    source = urlsplit(plan.weights.source if plan.weights else "")
+    if source.scheme not in ("http", "https"):
+        return ()
+    return (source.port or (443 if source.scheme == "https" else 80),)
 
 
 def checkov_skips(plan: LaunchPlan, image: str) -> dict[str, str]:

@@ -81,6 +81,13 @@ class Upgrader:
     def journal(self) -> Journal:
         return self._journal
 
+    @property
+    def site_dir(self) -> str | None:
+        """`serve --site-dir` made absolute here, where `serve` resolved it: a client composing a generation as this
+        appliance does (`appliance upgrade --fetch`) runs elsewhere."""
+        site = self._journal.site_dir
+        return str(Path(site).resolve()) if site else None
+
     def in_rotation(self) -> bool:
         """False from the moment an upgrade takes the appliance out until it passes or is rolled back."""
         return not self._holding
