@@ -44,14 +44,22 @@ def test_the_engine_accepts_the_embedded_plan_as_planned(cli: Cli) -> None:
     assert "scheduler=appliance_phased.scheduler.PhasedScheduler" in text.stdout and "as planned" in text.stdout
 
 
-@pytest.mark.parametrize("overrides", [(BELOW_SEQS,), BELOW_CONTEXT], ids=["batched-below-seqs", "batched-below-ctx"])
-def test_what_the_records_accept_and_vllm_refuses_is_refused_before_boot(cli: Cli, overrides: tuple[str, ...]) -> None:
-    assert cli("plan", TINY, *overrides).returncode == 0  # the records alone let it through
-    done = cli("plan", "--probe", TINY, *overrides)
+def test_what_the_records_accept_and_vllm_refuses_is_refused_before_boot(cli: Cli) -> None:
+    assert cli("plan", TINY, BELOW_SEQS).returncode == 0  # the records alone let it through
+    done = cli("plan", "--probe", TINY, BELOW_SEQS)
     assert done.returncode == 2
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error[")]
     assert line.startswith("error[engine-refused] engine: vLLM 0.32.0's own config code refused this plan: ")
-    assert ("must be greater than or equal to max_num_seqs (16)" in line) != ("is smaller than max_model_len" in line)
+    assert "must be greater than or equal to max_num_seqs (16)" in line
+
+
+def test_a_budget_the_plan_sets_is_refused_offline_where_extra_args_would_repeat_it(cli: Cli) -> None:
+    """Without chunked prefill the plan sets a whole-prompt budget; a second --max-num-batched-tokens would win in
+    vLLM (and, below max_model_len, be refused by its config code): the plan refuses it, no engine asked."""
+    done = cli("plan", TINY, *BELOW_CONTEXT)
+    assert done.returncode == 2
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error[")]
+    assert line.startswith("error[flag-owned-by-config] engine.extra_args: --max-num-batched-tokens is set by the plan")
 
 
 def test_serve_stops_at_the_engines_refusal_before_the_engine_spawns(tmp_path: Path) -> None:
@@ -109,10 +117,10 @@ def test_the_probe_leads_its_own_process_group_in_the_callers_session(tmp_path: 
 
 
 def test_check_reports_the_engines_verdict(cli: Cli) -> None:
-    done = cli("check", "--json", TINY, *BELOW_CONTEXT, "--releases", "build/vllm-releases.yaml")
+    done = cli("check", "--json", TINY, BELOW_SEQS, "--releases", "build/vllm-releases.yaml")
     assert done.returncode == 1
     (result,) = [c for c in json.loads(done.stdout)["checks"] if c["id"] == "engine.config"]
-    assert result["status"] == "fail" and "is smaller than max_model_len (2048)" in result["summary"]
+    assert result["status"] == "fail" and "must be greater than or equal to max_num_seqs" in result["summary"]
     assert result["evidence"]["vllm"] == "0.32.0"
 
 

@@ -33,7 +33,7 @@ from appliance.weights.layout import entry_dir, lock_path
 from .helpers import Cli, free_port
 from .recorded_appliance import RecordedSupervisor, serving
 from .test_rollout_parts import ANSIBLE
-from .weights_mirror import Mirror, Nginx, hub_tree, mirror_files, running_nginx
+from .weights_mirror import Mirror, Nginx, mirror_files, publish, running_nginx
 
 CHECKPOINT = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The hub checkpoint the matrix lists for the CPU engine (models/smollm2.yaml)."""
@@ -41,18 +41,6 @@ REVISION = hashlib.sha1(b"the revision the roll moves to").hexdigest()
 UNPUBLISHED = hashlib.sha1(b"a revision the mirror never had").hexdigest()
 APPLIANCE = str(Path(sys.executable).with_name("appliance"))
 TOKEN = "roll-fetch-token"
-
-
-def publish(root: Path, revision: str, files: dict[str, bytes]) -> None:
-    """`files` as the hub serves CHECKPOINT at `revision`: `{root}/{checkpoint}/resolve/{revision}/{path}`, and the
-    revision's tree listing."""
-    folder = root / CHECKPOINT / "resolve" / revision
-    for path, data in files.items():
-        (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        (folder / path).write_bytes(data)
-    listing = root / "api" / "models" / CHECKPOINT / "tree" / revision
-    listing.parent.mkdir(parents=True, exist_ok=True)
-    listing.write_text(json.dumps(hub_tree(files)))
 
 
 def pinned(revision: str = REVISION) -> list[str]:
@@ -86,7 +74,7 @@ def appliance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Serve
     """A running control API whose appliance serves `model=smollm2 mesh=cpu site=lab` (the site's mirror: a real
     nginx)."""
     files = mirror_files()
-    publish(tmp_path / "mirror", REVISION, files)
+    publish(tmp_path / "mirror", CHECKPOINT, REVISION, files)
     mirror = Mirror(tmp_path / "mirror", tmp_path / "mirror", files)
     with running_nginx(tmp_path / "nginx", mirror, free_port()) as nginx:
         sites = tmp_path / "sites"

@@ -42,8 +42,8 @@ from appliance.weights.layout import entry_dir, stamp_file
 
 from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
 from .helpers import cpu_plan, free_port
-from .test_roll_fetch import CHECKPOINT, pinned, publish
-from .weights_mirror import Mirror, Nginx, running_nginx
+from .test_roll_fetch import CHECKPOINT, pinned
+from .weights_mirror import Mirror, Nginx, publish, running_nginx
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 ANSIBLE = ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
@@ -85,7 +85,7 @@ def mirror(site: tuple[Served, Served, Path, str], tmp_path_factory: pytest.Temp
     built = Path(cpu_plan(a.cache, f"paths.cache_dir={a.cache}", model="smollm2").model_path)
     files = {p.name: p.read_bytes() for p in built.iterdir() if p.is_file() and not p.name.startswith(".")}
     root = tmp_path_factory.mktemp("mirror")
-    publish(root / "site", REVISION, files)
+    publish(root / "site", CHECKPOINT, REVISION, files)
     with running_nginx(root / "nginx", Mirror(root / "site", root / "site", files), free_port()) as nginx:
         yield nginx
 
