@@ -50,7 +50,9 @@ def prometheus(cli: Cli, restartable_appliance: Served, tmp_path: Path) -> Itera
 
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:
-    reply = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10)
+    answer.raise_for_status()  # a starting Prometheus answers 503 in plain text
+    reply = answer.json()
     assert reply["status"] == "success", reply
     result: list[dict[str, Any]] = reply["data"]["result"]
     return result
@@ -62,8 +64,8 @@ def eventually(probe: Any, timeout: float = 90.0) -> Any:
         try:
             if found := probe():
                 return found
-        except httpx.TransportError:
-            pass  # Prometheus still starting
+        except (httpx.TransportError, httpx.HTTPStatusError):
+            pass  # Prometheus still starting (not listening yet, or 503 until its storage is ready)
         time.sleep(0.5)
     raise AssertionError(f"{probe.__doc__ or probe} never held within {timeout:.0f} s")
 
