@@ -70,14 +70,22 @@ def load_data_file(path: Path, adapter: TypeAdapter[T], kind: str, what: str) ->
     try:
         return adapter.validate_python(parse_yaml(path.read_text()))
     except FileNotFoundError:
-        raise ConfigError((Problem(f"{kind}-missing", str(path), f"no {what}"),)) from None
+        raise ConfigError((Problem(code=f"{kind}-missing", key=str(path), message=f"no {what}"),)) from None
     except yaml.YAMLError as err:
-        raise ConfigError((Problem(f"{kind}-invalid", str(path), " ".join(str(err).split())),)) from None
+        raise ConfigError(
+            (Problem(code=f"{kind}-invalid", key=str(path), message=" ".join(str(err).split())),)
+        ) from None
     except ValidationError as err:
-        raise ConfigError(tuple(
-            Problem(f"{kind}-invalid", f"{path}:{'.'.join(map(str, e['loc'])) or '<top>'}", " ".join(e["msg"].split()))
-            for e in err.errors()
-        )) from None  # fmt: skip
+        raise ConfigError(
+            tuple(
+                Problem(
+                    code=f"{kind}-invalid",
+                    key=f"{path}:{'.'.join(map(str, e['loc'])) or '<top>'}",
+                    message=" ".join(e["msg"].split()),
+                )
+                for e in err.errors()
+            )
+        ) from None
 
 
 CACHE_DIR_ENV = "APPLIANCE_CACHE_DIR"

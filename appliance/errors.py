@@ -13,13 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ApiError", "ApplianceError", "ConfigError", "EngineError", "HostRefusal", "LaunchError", "Problem",
-           "Severity"]  # fmt: skip
+__all__ = [
+    "ApiError",
+    "ApplianceError",
+    "ConfigError",
+    "EngineError",
+    "HostRefusal",
+    "LaunchError",
+    "Problem",
+    "Severity",
+]
 
 Severity = Literal["error", "warning"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Problem:
     """One finding about a config: what is wrong, where, and what to do instead."""
 

@@ -34,8 +34,17 @@ from appliance.errors import ConfigError, Problem
 from appliance.resources import default_engines_dir, engine_plugins_dir
 from appliance.weights.layout import entry_dir, lock_path
 
-__all__ = ["ENGINE_MODULE", "ENGINE_PLUGINS", "HUB", "PHASED_MODULE", "LaunchPlan", "WeightsPlan", "build_plan",
-           "engine_python", "weights_dirs"]  # fmt: skip
+__all__ = [
+    "ENGINE_MODULE",
+    "ENGINE_PLUGINS",
+    "HUB",
+    "PHASED_MODULE",
+    "LaunchPlan",
+    "WeightsPlan",
+    "build_plan",
+    "engine_python",
+    "weights_dirs",
+]
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # Engine-side code (it imports vLLM), put on the engine's PYTHONPATH when a config needs it.
@@ -152,9 +161,12 @@ def build_plan(validated: ValidatedConfig) -> LaunchPlan:
     generate = validated.checkpoint.generated
     weights = _weights(cfg, validated.composed.site_dir)
     model_path = (
-        str(Path(paths.cache_dir) / "models" / generate) if generate
-        else weights.entry if weights else _local_or_hub(cfg.model.checkpoint)
-    )  # fmt: skip
+        str(Path(paths.cache_dir) / "models" / generate)
+        if generate
+        else weights.entry
+        if weights
+        else _local_or_hub(cfg.model.checkpoint)
+    )
     served = cfg.model.served_name or cfg.model.checkpoint
     probe_host = "127.0.0.1" if cfg.serving.host in ("0.0.0.0", "::") else cfg.serving.host
     base_url = f"http://{probe_host}:{cfg.serving.port}"
@@ -239,12 +251,18 @@ def _refuse_repeats(own: list[str], extra: tuple[str, ...]) -> None:
     emitted = {a for a in own if a.startswith("--")}
     repeated = [flag for flag, _ in flag_names(extra) if flag in emitted]
     if repeated:
-        raise ConfigError(tuple(
-            Problem("flag-owned-by-config", "engine.extra_args", f"{flag} is set by the plan from the config",
-                    f"Remove {flag}: the plan shows the value it sets (`appliance plan`)",
-                    change=extra_args_without(extra, flag))
-            for flag in dict.fromkeys(repeated)
-        ))  # fmt: skip
+        raise ConfigError(
+            tuple(
+                Problem(
+                    code="flag-owned-by-config",
+                    key="engine.extra_args",
+                    message=f"{flag} is set by the plan from the config",
+                    fix=f"Remove {flag}: the plan shows the value it sets (`appliance plan`)",
+                    change=extra_args_without(extra, flag),
+                )
+                for flag in dict.fromkeys(repeated)
+            )
+        )
 
 
 def _media(v: ValidatedConfig, state_dir: str) -> MediaPolicy | None:
@@ -253,8 +271,14 @@ def _media(v: ValidatedConfig, state_dir: str) -> MediaPolicy | None:
         return None
     # vLLM 0.26.0 has no download cap (its state records the variable as not read): the media gate's is the only one.
     caps = v.state is None or v.state.reads_env(DOWNLOAD_CAP_VAR) is not None
-    return media_policy(serving.allowed_media_domains, serving.media_redirects, serving.local_media_dir,
-                        v.images.largest_pixels, state_dir, caps)  # fmt: skip
+    return media_policy(
+        serving.allowed_media_domains,
+        serving.media_redirects,
+        serving.local_media_dir,
+        v.images.largest_pixels,
+        state_dir,
+        caps,
+    )
 
 
 def _engine_args(v: ValidatedConfig, model_path: str, served: str, media: MediaPolicy | None) -> list[str]:
@@ -342,11 +366,12 @@ def _expected(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, Any]:
         "data_parallel_size": 1 if lanes else v.data_parallel,
         "enable_prefix_caching": cfg.features.prefix_caching and "prefix_caching" not in dropped,
         "async_scheduling": cfg.features.async_decode and "async_decode" not in dropped,
-        "speculative": None if cfg.features.speculative == "off" else
-        {"method": cfg.features.speculative, "num_speculative_tokens": cfg.features.speculative_tokens},
+        "speculative": None
+        if cfg.features.speculative == "off"
+        else {"method": cfg.features.speculative, "num_speculative_tokens": cfg.features.speculative_tokens},
         "generation_config": "vllm" if v.engine == "tt" and _block_output(v) else "auto",
         "disable_any_whitespace": v.engine == "tt",  # the plugin forces compact JSON (adjustment compact_json)
-    }  # fmt: skip
+    }
     if v.images is not None:
         expected["limit_mm_per_prompt"] = v.images.engine_limits()
         expected["mm_processor_kwargs"] = dict(v.images.processor_kwargs) or None
@@ -369,8 +394,12 @@ def _expected(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, Any]:
 
 
 # Raw engine.extra_args flags whose value the engine keeps as given, and the probe key that shows it.
-_RAW_EXPECTED = {"--max-num-batched-tokens": "max_num_batched_tokens", "--dtype": "dtype",
-                 "--generation-config": "generation_config", "--block-size": "block_size"}  # fmt: skip
+_RAW_EXPECTED = {
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--dtype": "dtype",
+    "--generation-config": "generation_config",
+    "--block-size": "block_size",
+}
 
 
 def _number(text: str) -> int | str:

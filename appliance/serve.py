@@ -98,8 +98,11 @@ def ensure_model(plan: LaunchPlan, console: Console | None = None) -> None:
     if plan.generate is None:
         return
     log.info("checking the %s checkpoint in %s", plan.generate, plan.model_path)
-    step = SetupStep(f"model {plan.generate}", (plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path),
-                     Path(plan.log_dir) / "model-build.log")  # fmt: skip
+    step = SetupStep(
+        f"model {plan.generate}",
+        (plan.python, str(RECIPES[plan.generate]), "--out", plan.model_path),
+        Path(plan.log_dir) / "model-build.log",
+    )
     try:
         (done,) = run_steps((step,), console or Console(quiet=True))
     except StepFailed as failed:

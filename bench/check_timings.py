@@ -62,7 +62,7 @@ def main() -> int:
             [sys.executable, "-m", "appliance.cli", "check", "--engine-url", "http://127.0.0.1:9"],
             capture_output=True,
             check=False,
-        ),  # fmt: skip
+        ),
         runs=3,
     )
     print(f"{whole * 1000:9.1f} ms  appliance check (whole command, no engine answering)")

@@ -81,8 +81,10 @@ def main() -> int:
                 times[name].append(seconds(argv, env, cwd))
     med = {name: statistics.median(values) for name, values in times.items()}
     load = os.getloadavg()
-    print(f"config-time probe on the CPU engine, median of {args.repeat} alternating cold runs "
-          f"(load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores)")  # fmt: skip
+    print(
+        f"config-time probe on the CPU engine, median of {args.repeat} alternating cold runs "
+        f"(load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores)"
+    )
     for name, value in med.items():
         spread = f"{min(times[name]):.2f}-{max(times[name]):.2f}"
         print(f"  {name:<6} {value:6.2f} s  (range {spread} s)")

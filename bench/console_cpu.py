@@ -55,8 +55,9 @@ def in_pty(
     """Run argv on a pseudo-terminal of its own, draining its output; stop it afterwards."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env | {"TERM": "xterm-256color"},
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, env=env | {"TERM": "xterm-256color"}, start_new_session=True
+    )
     os.close(slave)
 
     def drain() -> None:
@@ -165,14 +166,18 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, alone: float, console: dict[str, float], htop: dict[str, float]) -> None:
-    print(f"three {args.window:.0f} s windows, each after {args.warmup:.0f} s, refresh 1 s, light steady load, "
-          f"{os.cpu_count()}-core host; % of one core")  # fmt: skip
+    print(
+        f"three {args.window:.0f} s windows, each after {args.warmup:.0f} s, refresh 1 s, light steady load, "
+        f"{os.cpu_count()}-core host; % of one core"
+    )
     print(f"{'appliance console':>18}: {console['viewer']:5.2f} %")
     print(f"{'vllm-htop':>18}: {htop['viewer']:5.2f} %   (polls the engine's /metrics directly)")
     ratio = console["viewer"] / htop["viewer"] if htop["viewer"] > 0 else float("inf")
     print(f"{'console / htop':>18}: {ratio:5.2f} x")
-    print(f"{'appliance serve':>18}: {alone:5.2f} % alone, {console['appliance']:5.2f} % while the console polls it "
-          f"(+{console['appliance'] - alone:.2f}), {htop['appliance']:5.2f} % beside vllm-htop")  # fmt: skip
+    print(
+        f"{'appliance serve':>18}: {alone:5.2f} % alone, {console['appliance']:5.2f} % while the console polls it "
+        f"(+{console['appliance'] - alone:.2f}), {htop['appliance']:5.2f} % beside vllm-htop"
+    )
     met = console["viewer"] <= 1.0 and ratio <= 2.0
     print(f"console {'meets' if met else 'misses'} the target: <= 1 % of a core and <= 2x vllm-htop")
 

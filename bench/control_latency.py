@@ -36,8 +36,10 @@ class Window:
 
     def row(self) -> str:
         ms = distribution(self.latencies)  # the load tester's summary, in milliseconds
-        return (f"{self.name:<22} {ms.count:>5} {ms.p50:>9.1f} {ms.p99:>9.1f} {ms.max:>9.1f} "
-                f"{self.on_cpu:>8.1%} {self.run_queue:>10.1%} {self.completions:>7}")  # fmt: skip
+        return (
+            f"{self.name:<22} {ms.count:>5} {ms.p50:>9.1f} {ms.p99:>9.1f} {ms.max:>9.1f} "
+            f"{self.on_cpu:>8.1%} {self.run_queue:>10.1%} {self.completions:>7}"
+        )
 
 
 def schedstat(pid: int) -> tuple[float, float]:
@@ -78,13 +80,17 @@ def main() -> None:
         with ClosedLoop(served.engine_url, streams=args.streams) as load:
             time.sleep(5)  # every stream in flight before the window opens
             loaded = measure(f"{args.streams} closed-loop streams", pid, served.control_url, args.seconds, load)
-    print(f"{'window':<22} {'polls':>5} {'median ms':>9} {'p99 ms':>9} {'max ms':>9} {'on CPU':>8} "
-          f"{'run queue':>10} {'done':>7}")  # fmt: skip
+    print(
+        f"{'window':<22} {'polls':>5} {'median ms':>9} {'p99 ms':>9} {'max ms':>9} {'on CPU':>8} "
+        f"{'run queue':>10} {'done':>7}"
+    )
     for window in (idle, loaded):
         print(window.row())
     ratio = statistics.median(loaded.latencies) / statistics.median(idle.latencies)
-    print(f"/readyz median, loaded / idle: {ratio:.2f}x; worst under load {max(loaded.latencies):.3f} s "
-          f"(a balancer's check times out at 2 s)")  # fmt: skip
+    print(
+        f"/readyz median, loaded / idle: {ratio:.2f}x; worst under load {max(loaded.latencies):.3f} s "
+        f"(a balancer's check times out at 2 s)"
+    )
 
 
 if __name__ == "__main__":

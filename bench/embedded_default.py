@@ -87,8 +87,9 @@ def wait_answer(base: str, model: str, proc: subprocess.Popen[bytes], started: f
     return time.monotonic() - started, answer
 
 
-def make_serve(checkout: Path, cache: Path, ports: tuple[int, ...], model: str, streams: list[int],
-               tokens: int) -> tuple[Boot, dict[int, float]]:  # fmt: skip
+def make_serve(
+    checkout: Path, cache: Path, ports: tuple[int, ...], model: str, streams: list[int], tokens: int
+) -> tuple[Boot, dict[int, float]]:
     """`make serve` on `ports`; its first answer, then tokens/s per stream count (none if `streams` is empty).
 
     The package caches (uv's, pip's) live beside `cache`: empty on the first run, so a clone's set-up
@@ -98,8 +99,13 @@ def make_serve(checkout: Path, cache: Path, ports: tuple[int, ...], model: str, 
     env = os.environ | packages | {"APPLIANCE_CACHE_DIR": str(cache), "APPLIANCE_TOKEN": secrets.token_urlsafe(16)}
     overrides = f"serving.port={ports[0]} control.port={ports[1]}"
     started = time.monotonic()
-    proc = subprocess.Popen(["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        ["make", "-s", "-C", str(checkout), "serve", f"SERVE_ARGS={overrides}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=_timestamped, args=(proc, started, lines, cache.parent / "make-serve.log"))
     reader.start()
@@ -127,8 +133,14 @@ def bare(cache: Path, port: int, streams: list[int], tokens: int) -> tuple[Boot,
     overrides = ["mesh=cpu", "engine=cpu", f"paths.cache_dir={cache}", f"serving.port={port}"]
     plan = build_plan(validate(compose_config(overrides), load_matrix()))
     started = time.monotonic()
-    proc = subprocess.Popen(plan.argv, env=engine_environment(plan, dict(os.environ)), cwd=cache,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        plan.argv,
+        env=engine_environment(plan, dict(os.environ)),
+        cwd=cache,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         seconds, answer = wait_answer(plan.base_url, plan.served_name, proc, started)
         rates = {n: asyncio.run(tokens_per_s(plan.base_url, plan.served_name, n, tokens)) for n in streams}
@@ -141,8 +153,14 @@ async def tokens_per_s(base: str, model: str, streams: int, tokens: int) -> floa
     async with httpx.AsyncClient(base_url=base, timeout=900) as client:
 
         async def one(i: int) -> int:
-            body = {"model": model, "prompt": f"Story {i}: once upon a time", "max_tokens": tokens,
-                    "ignore_eos": True, "temperature": 0.8, "seed": i}  # fmt: skip
+            body = {
+                "model": model,
+                "prompt": f"Story {i}: once upon a time",
+                "max_tokens": tokens,
+                "ignore_eos": True,
+                "temperature": 0.8,
+                "seed": i,
+            }
             reply = (await client.post("/v1/completions", json=body)).raise_for_status()
             return int(reply.json()["usage"]["completion_tokens"])
 
@@ -165,8 +183,10 @@ def report(rows: dict[str, Boot], rates: dict[str, dict[int, float]], streams: l
         setup = [f"{s:6.1f} s  {line}" for s, line in rows[name].lines if line.startswith("[setup]")]
         print(f"{name}'s set-up lines (arrival from launch):", *setup, sep="\n  ")
     raw = rows["bare engine"].first_answer_s
-    print(f"appliance on top of the engine: warm {warm.first_answer_s - raw:+.1f} s, "
-          f"cold {cold.first_answer_s - raw:+.1f} s (set-up and conversion included)")  # fmt: skip
+    print(
+        f"appliance on top of the engine: warm {warm.first_answer_s - raw:+.1f} s, "
+        f"cold {cold.first_answer_s - raw:+.1f} s (set-up and conversion included)"
+    )
     print(f"{'tokens/s':<22}" + "".join(f"{f'{n} streams':>14}" for n in streams))
     for name, per in rates.items():
         print(f"{name:<22}" + "".join(f"{per[n]:>14.1f}" for n in streams))

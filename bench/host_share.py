@@ -30,28 +30,51 @@ from pathlib import Path
 from tests.appliance_process import ROOT, ClosedLoop, Served, running_appliance
 
 MAX_TOKENS = 16
-BODY = {"model": "appliance/smollm2-135m-instruct", "prompt": "The capital of France is", "max_tokens": MAX_TOKENS,
-        "ignore_eos": True}  # fmt: skip
+BODY = {
+    "model": "appliance/smollm2-135m-instruct",
+    "prompt": "The capital of France is",
+    "max_tokens": MAX_TOKENS,
+    "ignore_eos": True,
+}
 WINDOW_S = 20.0
 ANSIBLE = ROOT / ".tools" / "ansible" / "bin"
-BUSY = "import time, os\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\nt = os.times()\n" \
-       "print(t.user + t.system)"  # fmt: skip
+BUSY = (
+    "import time, os\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\nt = os.times()\n"
+    "print(t.user + t.system)"
+)
 
 
 def ansible_task_s(home: Path) -> float:
     """One ad-hoc `command` task on localhost (local connection), as a fleet roll runs each of its tasks."""
     env = os.environ | {"ANSIBLE_HOME": str(home), "ANSIBLE_NOCOLOR": "1"}
     started = time.monotonic()
-    subprocess.run([str(ANSIBLE / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "command",
-                    "-a", "true", "-e", f"ansible_python_interpreter={ANSIBLE / 'python'}"],
-                   env=env, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(ANSIBLE / "ansible"),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-m",
+            "command",
+            "-a",
+            "true",
+            "-e",
+            f"ansible_python_interpreter={ANSIBLE / 'python'}",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return time.monotonic() - started
 
 
 def fresh_session_share(seconds: float) -> float:
     """The share of a core a busy loop gets in a session of its own (`setsid`)."""
-    done = subprocess.run(["setsid", sys.executable, "-c", BUSY.format(s=seconds)], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        ["setsid", sys.executable, "-c", BUSY.format(s=seconds)], capture_output=True, text=True, check=True
+    )
     return float(done.stdout) / seconds
 
 
@@ -68,9 +91,17 @@ def state_latencies(appliances: list[Served], stop: threading.Event, into: list[
 @contextmanager
 def pair(tmp: Path, share: str) -> Iterator[list[Served]]:
     with ExitStack() as stack:
-        yield [stack.enter_context(running_appliance(tmp / f"{share.rpartition('=')[2]}-{core}", share,
-                                                     f"engine.env.VLLM_CPU_OMP_THREADS_BIND={core}", model="smollm2"))
-               for core in (0, 1)]  # fmt: skip
+        yield [
+            stack.enter_context(
+                running_appliance(
+                    tmp / f"{share.rpartition('=')[2]}-{core}",
+                    share,
+                    f"engine.env.VLLM_CPU_OMP_THREADS_BIND={core}",
+                    model="smollm2",
+                )
+            )
+            for core in (0, 1)
+        ]
 
 
 def tokens_per_s(loops: list[ClosedLoop], seconds: float) -> float:
@@ -98,8 +129,12 @@ def measure(tmp: Path, share: str, idle_ansible: float) -> dict[str, float]:
         p95 = statistics.quantiles(latencies, n=20)[18] * 1000
         print(f"    Ansible task {task:.1f} s; /state p95 {p95:.0f} ms over {len(latencies)} calls", flush=True)
         assert all(not loop.failures() for loop in loops), [loop.failures() for loop in loops]
-        return {"tokens/s, nothing else running": alone, "fresh session, share of a core": session,
-                "Ansible task / idle": task / idle_ansible, "/state p95 ms": p95}  # fmt: skip
+        return {
+            "tokens/s, nothing else running": alone,
+            "fresh session, share of a core": session,
+            "Ansible task / idle": task / idle_ansible,
+            "/state p95 ms": p95,
+        }
 
 
 def main() -> None:

@@ -75,8 +75,14 @@ class FakeServer:
 def serve(port: int, interval_s: float) -> None:
     fake = FakeServer(interval_s)
     app = web.Application()
-    app.add_routes([web.get("/v1/models", fake.models), web.post("/tokenize", fake.tokenize),
-                    web.post("/detokenize", fake.detokenize), web.post("/v1/completions", fake.complete)])  # fmt: skip
+    app.add_routes(
+        [
+            web.get("/v1/models", fake.models),
+            web.post("/tokenize", fake.tokenize),
+            web.post("/detokenize", fake.detokenize),
+            web.post("/v1/completions", fake.complete),
+        ]
+    )
     web.run_app(app, host="127.0.0.1", port=port, print=None, backlog=2048)
 
 
@@ -87,19 +93,25 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def measure(url: str, streams: int, args: argparse.Namespace, server_pid: int) -> None:
-    workload = compose_config([
-        "workload=chat", "workload.chat_share=0", f"workload.concurrency={streams}",
-        "workload.prompt_tokens={kind: fixed, mean: 64, min: 64, max: 64}",
-        f"workload.output_tokens={{kind: fixed, mean: {args.tokens}, min: {args.tokens}, max: {args.tokens}}}",
-    ]).config.workload  # fmt: skip
+    workload = compose_config(
+        [
+            "workload=chat",
+            "workload.chat_share=0",
+            f"workload.concurrency={streams}",
+            "workload.prompt_tokens={kind: fixed, mean: 64, min: 64, max: 64}",
+            f"workload.output_tokens={{kind: fixed, mean: {args.tokens}, min: {args.tokens}, max: {args.tokens}}}",
+        ]
+    ).config.workload
     server_cpu, started = cpu_seconds(server_pid), time.perf_counter()
     report = await run_loadtest(workload, LoadTarget(url, f"{streams} streams"), RunWindow(120.0, 2 * streams))
     server_share = (cpu_seconds(server_pid) - server_cpu) / (time.perf_counter() - started)
     offered = streams / args.interval_ms * 1000
     steady = sum(b.output_tokens_per_s for b in report.timeline[10:-10]) / max(1, len(report.timeline) - 20)
-    print(f"{streams:>7} {report.completed:>9} {100 * report.generator_cpu_share:>12.0f}% {100 * server_share:>10.0f}% "
-          f"{offered:>12.0f} {steady:>12.0f} {report.itl.mean:>10.1f} {report.itl.p99:>9.1f} {report.failed:>6}",
-          flush=True)  # fmt: skip
+    print(
+        f"{streams:>7} {report.completed:>9} {100 * report.generator_cpu_share:>12.0f}% {100 * server_share:>10.0f}% "
+        f"{offered:>12.0f} {steady:>12.0f} {report.itl.mean:>10.1f} {report.itl.p99:>9.1f} {report.failed:>6}",
+        flush=True,
+    )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -112,10 +124,14 @@ async def main(args: argparse.Namespace) -> int:
     url = f"http://127.0.0.1:{port}"
     try:
         await asyncio.sleep(2.0)
-        print(f"fake server: one token per stream every {args.interval_ms} ms, {args.tokens} tokens per request; "
-              "generator CPU is its process time over the run (100 % = one core)")  # fmt: skip
-        print(f"{'streams':>7} {'completed':>9} {'generator CPU':>13} {'server CPU':>11} {'offered tok/s':>12} "
-              f"{'steady tok/s':>12} {'ITL mean':>10} {'ITL p99':>9} {'failed':>6}")  # fmt: skip
+        print(
+            f"fake server: one token per stream every {args.interval_ms} ms, {args.tokens} tokens per request; "
+            "generator CPU is its process time over the run (100 % = one core)"
+        )
+        print(
+            f"{'streams':>7} {'completed':>9} {'generator CPU':>13} {'server CPU':>11} {'offered tok/s':>12} "
+            f"{'steady tok/s':>12} {'ITL mean':>10} {'ITL p99':>9} {'failed':>6}"
+        )
         for streams in args.streams:
             await measure(url, streams, args, server.pid)
     finally:

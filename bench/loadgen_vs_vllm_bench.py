@@ -64,19 +64,27 @@ SERVER = {"mean_ttft_ms": TTFT, "mean_itl_ms": ITL, "mean_e2el_ms": E2E}
 
 def ours(report: LoadReport) -> dict[str, float]:
     values = {
-        "mean_ttft_ms": report.ttft.mean, "mean_tpot_ms": report.tpot.mean, "mean_itl_ms": report.itl.mean,
-        "mean_e2el_ms": report.e2e.mean, "output_throughput": report.output_throughput,
-        "request_throughput": report.request_throughput, "failed": report.failed,
-    }  # fmt: skip
+        "mean_ttft_ms": report.ttft.mean,
+        "mean_tpot_ms": report.tpot.mean,
+        "mean_itl_ms": report.itl.mean,
+        "mean_e2el_ms": report.e2e.mean,
+        "output_throughput": report.output_throughput,
+        "request_throughput": report.request_throughput,
+        "failed": report.failed,
+    }
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
 def workload_of(args: argparse.Namespace) -> WorkloadConfig:
-    return compose_config([
-        "workload=chat", "workload.chat_share=0", f"workload.concurrency={args.concurrency}",
-        f"workload.prompt_tokens={{kind: fixed, mean: {args.input}, min: {args.input}, max: {args.input}}}",
-        f"workload.output_tokens={{kind: fixed, mean: {args.output}, min: {args.output}, max: {args.output}}}",
-    ]).config.workload  # fmt: skip
+    return compose_config(
+        [
+            "workload=chat",
+            "workload.chat_share=0",
+            f"workload.concurrency={args.concurrency}",
+            f"workload.prompt_tokens={{kind: fixed, mean: {args.input}, min: {args.input}, max: {args.input}}}",
+            f"workload.output_tokens={{kind: fixed, mean: {args.output}, min: {args.output}, max: {args.output}}}",
+        ]
+    ).config.workload
 
 
 async def write_dataset(url: str, model: str, workload: WorkloadConfig, count: int, path: Path) -> None:
@@ -101,16 +109,44 @@ async def run_vllm_bench(
 
     Its result dict is read from the last JSON line it prints.
     """
-    argv = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions", "--model", args.model,
-            "--tokenizer", tokenizer, "--dataset-name", "sharegpt", "--dataset-path", str(dataset),
-            "--sharegpt-output-len", str(args.output), "--disable-shuffle", "--num-prompts", str(args.requests),
-            "--max-concurrency", str(args.concurrency), "--ignore-eos", "--disable-tqdm",
-            "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--extra-body", json.dumps({"stream_options": SAME_STREAM_OPTIONS})]  # fmt: skip
+    argv = [
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        args.model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(dataset),
+        "--sharegpt-output-len",
+        str(args.output),
+        "--disable-shuffle",
+        "--num-prompts",
+        str(args.requests),
+        "--max-concurrency",
+        str(args.concurrency),
+        "--ignore-eos",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--extra-body",
+        json.dumps({"stream_options": SAME_STREAM_OPTIONS}),
+    ]
     proc = await asyncio.create_subprocess_exec(
-        str(ENGINE_PYTHON), "-u", "-I", str(ROOT / "bench" / "vllm_bench_serve.py"), *argv,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        str(ENGINE_PYTHON),
+        "-u",
+        "-I",
+        str(ROOT / "bench" / "vllm_bench_serve.py"),
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     last = ""
     async for raw in proc.stdout:
@@ -183,9 +219,12 @@ async def main(args: argparse.Namespace) -> int:
                 mine.append(b)
                 served.append(server_means(before, await scrape(http)))
                 c = served[-1]
-                print(f"round {round_ + 1} (vllm/ours/server): "
-                      + ", ".join(f"{m} {a[m]:.2f}/{b[m]:.2f}/{c.get(m, math.nan):.2f}" for m in METRICS)
-                      + f", failed {a['failed']:.0f}/{b['failed']:.0f}", flush=True)  # fmt: skip
+                print(
+                    f"round {round_ + 1} (vllm/ours/server): "
+                    + ", ".join(f"{m} {a[m]:.2f}/{b[m]:.2f}/{c.get(m, math.nan):.2f}" for m in METRICS)
+                    + f", failed {a['failed']:.0f}/{b['failed']:.0f}",
+                    flush=True,
+                )
     return report(args, theirs, mine, served)
 
 
@@ -193,8 +232,10 @@ Rounds = list[dict[str, float]]
 
 
 def report(args: argparse.Namespace, theirs: Rounds, mine: Rounds, served: Rounds) -> int:
-    print(f"{args.requests} completions per tool x {args.rounds} rounds, both at once, each a closed loop of "
-          f"{args.concurrency}, {args.input} prompt + {args.output} output tokens")  # fmt: skip
+    print(
+        f"{args.requests} completions per tool x {args.rounds} rounds, both at once, each a closed loop of "
+        f"{args.concurrency}, {args.input} prompt + {args.output} output tokens"
+    )
     print(f"{'metric':20} {'vllm bench serve':>17} {'appliance loadtest':>19} {'median ratio':>13} {'server':>9}")
     worst = 0.0
     for metric in METRICS:

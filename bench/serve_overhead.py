@@ -67,8 +67,13 @@ async def throughput(base: str, requests: int, concurrency: int) -> float:
 
 
 def bare(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float, float]:
-    proc = subprocess.Popen(plan.argv, env=engine_environment(plan, dict(os.environ)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        plan.argv,
+        env=engine_environment(plan, dict(os.environ)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         ready = wait(lambda: engine_ready(plan.base_url), proc)
         return ready, asyncio.run(throughput(plan.base_url, requests, concurrency))
@@ -87,9 +92,13 @@ def supervised(plan: LaunchPlan, requests: int, concurrency: int) -> tuple[float
         except ApiError:
             return False
 
-    proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "serve", *TINY],
-                            env=os.environ | {"APPLIANCE_TOKEN": token}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "appliance.cli", "serve", *TINY],
+        env=os.environ | {"APPLIANCE_TOKEN": token},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         seconds = wait(ready, proc)
         return seconds, asyncio.run(throughput(plan.base_url, requests, concurrency))
@@ -110,13 +119,19 @@ def main() -> None:
         rows.append(("bare", *bare(plan, args.requests, args.concurrency)))
         rows.append(("appliance", *supervised(plan, args.requests, args.concurrency)))
         print(f"round {round_ + 1}: " + ", ".join(f"{n} ready {r:.1f}s {q:.1f} req/s" for n, r, q in rows[-2:]))
-    mean = {n: [sum(v) / len(v) for v in zip(*[(r, q) for m, r, q in rows if m == n], strict=True)]
-            for n in ("bare", "appliance")}  # fmt: skip
-    print(f"time to ready: bare {mean['bare'][0]:.1f} s, appliance {mean['appliance'][0]:.1f} s, "
-          f"ratio {mean['appliance'][0] / mean['bare'][0]:.3f} (target <= 1.10)")  # fmt: skip
-    print(f"requests/s ({args.requests} x 16 tokens, concurrency {args.concurrency}): bare "
-          f"{mean['bare'][1]:.1f}, supervised {mean['appliance'][1]:.1f}, "
-          f"ratio {mean['appliance'][1] / mean['bare'][1]:.3f}")  # fmt: skip
+    mean = {
+        n: [sum(v) / len(v) for v in zip(*[(r, q) for m, r, q in rows if m == n], strict=True)]
+        for n in ("bare", "appliance")
+    }
+    print(
+        f"time to ready: bare {mean['bare'][0]:.1f} s, appliance {mean['appliance'][0]:.1f} s, "
+        f"ratio {mean['appliance'][0] / mean['bare'][0]:.3f} (target <= 1.10)"
+    )
+    print(
+        f"requests/s ({args.requests} x 16 tokens, concurrency {args.concurrency}): bare "
+        f"{mean['bare'][1]:.1f}, supervised {mean['appliance'][1]:.1f}, "
+        f"ratio {mean['appliance'][1] / mean['bare'][1]:.3f}"
+    )
 
 
 if __name__ == "__main__":

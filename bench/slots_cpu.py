@@ -88,10 +88,19 @@ def main() -> int:
     parser.add_argument("--control-port", type=int, default=18190)
     o = parser.parse_args()
     pair = [("http://127.0.0.1:18191", "tiny-left"), ("http://127.0.0.1:18192", "tiny-right")]
-    run("two slots, one core each", ["slots=cpu-pair", "slots.left.serving.port=18191",
-        "slots.right.serving.port=18192"], pair, True, o)  # fmt: skip
-    single = ["serving.port=18191", "model.served_name=tiny-left", "engine.env.VLLM_CPU_OMP_THREADS_BIND=0-1",
-              "engine.env.VLLM_CPU_KVCACHE_SPACE=2"]  # fmt: skip
+    run(
+        "two slots, one core each",
+        ["slots=cpu-pair", "slots.left.serving.port=18191", "slots.right.serving.port=18192"],
+        pair,
+        True,
+        o,
+    )
+    single = [
+        "serving.port=18191",
+        "model.served_name=tiny-left",
+        "engine.env.VLLM_CPU_OMP_THREADS_BIND=0-1",
+        "engine.env.VLLM_CPU_KVCACHE_SPACE=2",
+    ]
     run("one engine, both cores", single, pair[:1], False, o)
     return 0
 

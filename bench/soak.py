@@ -99,8 +99,13 @@ class SoakReport:
     completed_per_s: float
 
     def lost_outside_restart(self) -> int:
-        return sum(n for window, kinds in self.outcomes.items() if window != "during" for kind, n in kinds.items()
-                   if kind != "ok")  # fmt: skip
+        return sum(
+            n
+            for window, kinds in self.outcomes.items()
+            if window != "during"
+            for kind, n in kinds.items()
+            if kind != "ok"
+        )
 
     def problems(self) -> tuple[str, ...]:
         """The targets missed, one line each; empty when the soak met them all."""
@@ -112,9 +117,11 @@ class SoakReport:
             (lost > 0, f"{lost} requests failed outside the restart window"),
             (self.polls_failed > 0, f"{self.polls_failed} of {self.polls} console polls failed"),
             (self.statuses_failed > 0, f"{self.statuses_failed} of {self.statuses} status calls failed"),
-            (self.restart is not None and self.restart.ready is None, "the engine was not ready again after its "
-             f"restart within {RESTART_LIMIT_S:.0f} s"),
-        )  # fmt: skip
+            (
+                self.restart is not None and self.restart.ready is None,
+                f"the engine was not ready again after its restart within {RESTART_LIMIT_S:.0f} s",
+            ),
+        )
         return tuple(line for miss, line in missed if miss)
 
     def lines(self) -> list[str]:
@@ -122,17 +129,30 @@ class SoakReport:
         head = f"soak: {self.model}, workload mixed at {self.offered_per_s:g} req/s for {self.duration_s:.0f} s"
         samples = [f"  t={s.at_s:5.0f} s  RSS {s.rss_mib:6.1f} MiB  fds {s.fds}" for s in self.samples]
         first, last = self.samples[0], self.samples[-1]
-        growth = (f"growth first->last: RSS {last.rss_mib - first.rss_mib:+.1f} MiB (max "
-                  f"{max(s.rss_mib for s in self.samples):.1f} MiB), fds {last.fds - first.fds:+d}")  # fmt: skip
-        calls = (f"console polls {self.polls} ({self.polls_failed} failed), status calls {self.statuses} "
-                 f"({self.statuses_failed} failed)")  # fmt: skip
-        outcomes = [f"  {w:<7} " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) for w, kinds in
-                    self.outcomes.items()]  # fmt: skip
+        growth = (
+            f"growth first->last: RSS {last.rss_mib - first.rss_mib:+.1f} MiB (max "
+            f"{max(s.rss_mib for s in self.samples):.1f} MiB), fds {last.fds - first.fds:+d}"
+        )
+        calls = (
+            f"console polls {self.polls} ({self.polls_failed} failed), status calls {self.statuses} "
+            f"({self.statuses_failed} failed)"
+        )
+        outcomes = [
+            f"  {w:<7} " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) for w, kinds in self.outcomes.items()
+        ]
         problems = self.problems()
         verdict = "targets met" if not problems else "targets missed: " + "; ".join(problems)
-        return [head, f"appliance process (every {STATUS_EVERY} polls, and at the end):", *samples, growth, calls,
-                self._restart_line(), f"requests by outcome ({self.completed_per_s:.2f} req/s completed):",
-                *outcomes, verdict]  # fmt: skip
+        return [
+            head,
+            f"appliance process (every {STATUS_EVERY} polls, and at the end):",
+            *samples,
+            growth,
+            calls,
+            self._restart_line(),
+            f"requests by outcome ({self.completed_per_s:.2f} req/s completed):",
+            *outcomes,
+            verdict,
+        ]
 
     def _restart_line(self) -> str:
         if self.restart is None:
@@ -206,10 +226,19 @@ class _Watcher:
     def report(self, load: LoadReport, duration_s: float) -> SoakReport:
         restart = None if self.requested is None else Restart(self.requested, self.ready)
         return SoakReport(
-            load.run.model, load.workload.rate_per_s, duration_s, self.started, tuple(self.samples),
-            self.polls, self.polls_failed, self.statuses, self.statuses_failed, restart, outcomes(load, restart),
+            load.run.model,
+            load.workload.rate_per_s,
+            duration_s,
+            self.started,
+            tuple(self.samples),
+            self.polls,
+            self.polls_failed,
+            self.statuses,
+            self.statuses_failed,
+            restart,
+            outcomes(load, restart),
             load.request_throughput,
-        )  # fmt: skip
+        )
 
 
 def outcomes(load: LoadReport, restart: Restart | None) -> dict[str, dict[str, int]]:
@@ -222,9 +251,14 @@ def outcomes(load: LoadReport, restart: Restart | None) -> dict[str, dict[str, i
 
 
 async def soak(
-    target: Target, pid: int, engine_url: str, *, duration_s: float, restart_at: float | None,
+    target: Target,
+    pid: int,
+    engine_url: str,
+    *,
+    duration_s: float,
+    restart_at: float | None,
     overrides: Sequence[str] = (),
-) -> tuple[SoakReport, LoadReport]:  # fmt: skip
+) -> tuple[SoakReport, LoadReport]:
     """`workload=mixed` (and `overrides`, e.g. its rate or `serving.api_key_env`) at `engine_url` for `duration_s`,
     while the console's poller watches `target`, whose process is `pid`, and restarts its engine at `restart_at`."""
     config = compose_config(["workload=mixed", *overrides]).config
@@ -254,15 +288,25 @@ def main() -> int:
     parser.add_argument("--restart-at", type=float, help="seconds in to restart the engine (default: halfway)")
     parser.add_argument("--no-restart", action="store_true", help="no engine restart")
     parser.add_argument("--model", default="smollm2", help="the model group option to serve (default smollm2)")
-    parser.add_argument("--out", type=Path, default=Path(time.strftime(".cache/soak-%Y%m%d-%H%M%S")),
-                        help="report directory (default .cache/soak-<time>)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(time.strftime(".cache/soak-%Y%m%d-%H%M%S")),
+        help="report directory (default .cache/soak-<time>)",
+    )
     parser.add_argument("overrides", nargs="*", help="overrides for the load, e.g. workload.rate_per_s=1")
     args = parser.parse_args()
     restart_at = None if args.no_restart else args.duration / 2 if args.restart_at is None else args.restart_at
     with tempfile.TemporaryDirectory() as tmp, running_appliance(Path(tmp), model=args.model) as served:
         target = Target("soak", served.control_url, served.token)
-        run = soak(target, served.proc.pid, served.engine_url, duration_s=args.duration, restart_at=restart_at,
-                   overrides=args.overrides)  # fmt: skip
+        run = soak(
+            target,
+            served.proc.pid,
+            served.engine_url,
+            duration_s=args.duration,
+            restart_at=restart_at,
+            overrides=args.overrides,
+        )
         try:
             report, load = asyncio.run(run)
         except ApplianceError as error:  # the restart refused, the engine port unreachable: one line, as the CLI

@@ -23,8 +23,11 @@ from tests.appliance_process import ROOT, running_appliance
 
 def upgrade(control_url: str, token: str, *change: str) -> None:
     """`appliance upgrade` as an operator runs it, its step lines shown as they come."""
-    subprocess.run([str(ROOT / ".venv" / "bin" / "appliance"), "upgrade", "--url", control_url, *change],
-                   env=os.environ | {"APPLIANCE_TOKEN": token}, check=False)  # fmt: skip
+    subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "appliance"), "upgrade", "--url", control_url, *change],
+        env=os.environ | {"APPLIANCE_TOKEN": token},
+        check=False,
+    )
 
 
 def report(name: str, record: UpgradeDocument) -> None:

@@ -83,8 +83,10 @@ def main() -> int:
         print(f"validate, an unseen override set    {unseen:6.3f} s  {unseen / hydra:4.2f}x Hydra floor")
         print(f"target: <= 0.300 s and <= 1.80x the Hydra floor ({1.8 * hydra:.3f} s here)")
         # What bounds the unseen set: it is a cached verdict plus Hydra's import (for its override grammar and step).
-        print(f"an unseen set adds {unseen - cached:.3f} s to a cached verdict; Hydra's import alone is "
-              f"{hydra - python:.3f} s")  # fmt: skip
+        print(
+            f"an unseen set adds {unseen - cached:.3f} s to a cached verdict; Hydra's import alone is "
+            f"{hydra - python:.3f} s"
+        )
         times = {}
         for count in SITES:
             argv = [
@@ -98,8 +100,10 @@ def main() -> int:
             ]
             run_s(argv, warm)  # writes plan's bytecode and the sites' compositions: the figure is the cached run
             times[count] = repeated_s(args.repeat, argv, warm)
-            print(f"plan --all-sites, {count:2d}+3 sites         {times[count]:6.3f} s  "
-                  f"({count + 3} cold runs: ~{(count + 3) * cached:.2f} s)")  # fmt: skip
+            print(
+                f"plan --all-sites, {count:2d}+3 sites         {times[count]:6.3f} s  "
+                f"({count + 3} cold runs: ~{(count + 3) * cached:.2f} s)"
+            )
         per_site = (times[SITES[-1]] - times[SITES[0]]) / (SITES[-1] - SITES[0])
         print(
             f"plan --all-sites grows by {per_site:.3f} s per site over a fixed {times[SITES[0]] - 4 * per_site:.3f} s"

@@ -234,8 +234,14 @@ def hash_rounds(files: FileSet, jobs: int, rounds: int) -> dict[str, float]:
 
 def pinned(url: str, cache: Path) -> tuple[ValidatedConfig, LaunchPlan]:
     """The smollm2 family pinned to a hub checkpoint and revision, fetched from the mirror into `cache`."""
-    overrides = [*CPU, "model=smollm2", f"model.checkpoint={SMOLLM2}", f"model.revision={revision_of(SMOLLM2)}",
-                 f"site.weights.mirror={url}", f"paths.cache_dir={cache}"]  # fmt: skip
+    overrides = [
+        *CPU,
+        "model=smollm2",
+        f"model.checkpoint={SMOLLM2}",
+        f"model.revision={revision_of(SMOLLM2)}",
+        f"site.weights.mirror={url}",
+        f"paths.cache_dir={cache}",
+    ]
     validated = validate(compose_config(overrides), load_matrix())
     return validated, build_plan(validated)
 
@@ -256,23 +262,36 @@ def boot(url: str, work: Path, smol: FileSet, rounds: int, repeats: int) -> Boot
     weights = plan.weights
     if weights is None:
         raise SystemExit("the pinned smollm2 config has no weights plan: is model.revision honoured?")
-    done = fetch(HttpSource(weights.source), weights.checkpoint, weights.revision, Path(weights.store), None,
-                 jobs=weights.jobs)  # fmt: skip
+    done = fetch(
+        HttpSource(weights.source), weights.checkpoint, weights.revision, Path(weights.store), None, jobs=weights.jobs
+    )
     write_lock(Path(weights.lock_file), done.lock)
     quick = tuple(timed(lambda: verified(weights, full=False)) for _ in range(repeats))
     full = tuple(timed(lambda: verified(weights, full=True)) for _ in range(rounds))
     checks = [weights_line(validated, plan) for _ in range(rounds)]
     embedded_line, _ = weights_line(*embedded_plan())
-    recipe = tuple(timed(lambda: subprocess.run(recipe_command(smol.folder), capture_output=True, check=True))
-                   for _ in range(rounds))  # fmt: skip
-    return Boot(quick, full, tuple(s for _, s in checks), recipe, checks[0][0], embedded_line, len(done.lock.files),
-                sum(f.size for f in done.lock.files))  # fmt: skip
+    recipe = tuple(
+        timed(lambda: subprocess.run(recipe_command(smol.folder), capture_output=True, check=True))
+        for _ in range(rounds)
+    )
+    return Boot(
+        quick,
+        full,
+        tuple(s for _, s in checks),
+        recipe,
+        checks[0][0],
+        embedded_line,
+        len(done.lock.files),
+        sum(f.size for f in done.lock.files),
+    )
 
 
 def report_fetch(rows: list[tuple[FileSet, int, dict[str, float]]]) -> None:
     print("\n1. fetch vs curl from the loopback nginx mirror (median; MB/s = decimal MB over wall seconds)")
-    print(f"{'files':<22}{'jobs':>5}" + "".join(f"{n:>18}" for n in CONTENDERS) + f"{'fetch/curl':>12}"
-          f"{'fetch/(curl+fsync)':>20}")  # fmt: skip
+    print(
+        f"{'files':<22}{'jobs':>5}" + "".join(f"{n:>18}" for n in CONTENDERS) + f"{'fetch/curl':>12}"
+        f"{'fetch/(curl+fsync)':>20}"
+    )
     for files, jobs, seconds in rows:
         cells = "".join(f"{f'{files.size / MB / seconds[n]:.0f} MB/s {seconds[n]:.2f} s':>18}" for n in CONTENDERS)
         ratio, synced = seconds["curl"] / seconds["fetch"], seconds["curl+fsync"] / seconds["fetch"]
@@ -282,8 +301,9 @@ def report_fetch(rows: list[tuple[FileSet, int, dict[str, float]]]) -> None:
 
 def report_hashing(rows: list[tuple[FileSet, int, dict[str, float]]]) -> None:
     print("\n2. hashing: appliance.weights.hashing (`fetch --verify`) vs sha256sum, page-cached files (median)")
-    print(f"{'files':<22}{'form':<18}" + "".join(f"{n:>18}" for n in HASHERS) + f"{'vs sha256sum':>14}"
-          f"{'vs openssl':>12}")  # fmt: skip
+    print(
+        f"{'files':<22}{'form':<18}" + "".join(f"{n:>18}" for n in HASHERS) + f"{'vs sha256sum':>14}{'vs openssl':>12}"
+    )
     for files, jobs, seconds in rows:
         form = "serial" if jobs == 1 else f"parallel, {jobs} jobs"
         cells = "".join(f"{f'{files.size / MB / seconds[n]:.0f} MB/s {seconds[n]:.2f} s':>18}" for n in HASHERS)
@@ -300,17 +320,27 @@ def report_hashing(rows: list[tuple[FileSet, int, dict[str, float]]]) -> None:
 def report_boot(result: Boot, repeats: int) -> None:
     quick_ms = sorted(s * 1000 for s in result.quick_s)
     full, checks_ms = statistics.median(result.full_s), statistics.median(result.checks_s) * 1000
-    print(f"\n3. warm boot, pinned: model=smollm2 model.checkpoint={SMOLLM2} model.revision={revision_of(SMOLLM2)} "
-          f"site.weights.mirror=<loopback> ({result.files} files, {result.size / MB:.1f} MB)")  # fmt: skip
-    print(f"quick check a boot runs, verified(plan.weights, full=False), {repeats} runs: median "
-          f"{statistics.median(quick_ms):.2f} ms, min {quick_ms[0]:.2f} ms, max {quick_ms[-1]:.2f} ms "
-          "(target <= 1000 ms)")  # fmt: skip
-    print(f"host checks with it (serve's blocking subset, `appliance check`'s host part): median {checks_ms:.1f} ms; "
-          f"host.weights line:\n  {result.pinned_line}")  # fmt: skip
-    print(f"`appliance fetch --verify` (full=True, every byte re-hashed): median {full:.2f} s, "
-          f"{result.size / MB / full:.0f} MB/s; no boot runs it")  # fmt: skip
-    print("embedded default (`appliance serve`, no overrides): plan.weights is None, so no weights-lock check runs "
-          f"(appliance.weights is not used); host.weights line:\n  {result.embedded_line}")  # fmt: skip
+    print(
+        f"\n3. warm boot, pinned: model=smollm2 model.checkpoint={SMOLLM2} model.revision={revision_of(SMOLLM2)} "
+        f"site.weights.mirror=<loopback> ({result.files} files, {result.size / MB:.1f} MB)"
+    )
+    print(
+        f"quick check a boot runs, verified(plan.weights, full=False), {repeats} runs: median "
+        f"{statistics.median(quick_ms):.2f} ms, min {quick_ms[0]:.2f} ms, max {quick_ms[-1]:.2f} ms "
+        "(target <= 1000 ms)"
+    )
+    print(
+        f"host checks with it (serve's blocking subset, `appliance check`'s host part): median {checks_ms:.1f} ms; "
+        f"host.weights line:\n  {result.pinned_line}"
+    )
+    print(
+        f"`appliance fetch --verify` (full=True, every byte re-hashed): median {full:.2f} s, "
+        f"{result.size / MB / full:.0f} MB/s; no boot runs it"
+    )
+    print(
+        "embedded default (`appliance serve`, no overrides): plan.weights is None, so no weights-lock check runs "
+        f"(appliance.weights is not used); host.weights line:\n  {result.embedded_line}"
+    )
     recipe = statistics.median(result.recipe_s)
     print(
         "  but its recipe (build/models/convert_smollm2.py) re-hashes the whole converted folder against its "
@@ -362,8 +392,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per figure; medians are printed (default 3)")
     parser.add_argument("--size-mb", type=int, default=1024, help="synthetic random set in MB, 0 for none (1024)")
-    parser.add_argument("--jobs", type=int, default=4, help="concurrency of the parallel rows (default 4, as "
-                        "site.weights.jobs); jobs=1 rows always run")  # fmt: skip
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=4,
+        help="concurrency of the parallel rows (default 4, as site.weights.jobs); jobs=1 rows always run",
+    )
     parser.add_argument("--repeats", type=int, default=200, help="runs of the boot's quick check (default 200)")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="work in DIR and keep it (reuses its builds)")
     args = parser.parse_args()
@@ -373,8 +407,10 @@ def main() -> None:
     print(f"{os.cpu_count()} cores ({cores} usable); load average (1, 5, 15 min) at start {load_before}", flush=True)
     with workspace(args.keep) as work:
         measure(args, work)
-    print(f"load average (1, 5, 15 min) at start {load_before}, at end {load()}; {cores} usable cores; "
-          f"the run took {time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"load average (1, 5, 15 min) at start {load_before}, at end {load()}; {cores} usable cores; "
+        f"the run took {time.monotonic() - started:.0f} s"
+    )
 
 
 if __name__ == "__main__":

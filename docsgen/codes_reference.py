@@ -42,11 +42,17 @@ def find_codes(package: Path) -> tuple[Code, ...]:
 
 
 def codes_page(codes: tuple[Code, ...]) -> str:
-    lines = ["# Every validation code", "", "Generated at build time from the code: each `error[code]` / "
-             "`warning[code]` an operator can meet, where it is made and the key it names. What each means, grouped, "
-             "is in [Validation and the fit](../concepts/validation.md).", ""]  # fmt: skip
-    rows = [(f"`{c.code}`", c.severity, f"`{c.key}`" if c.key else "", _brief(c.message), f"`{c.where}`")
-            for c in codes]  # fmt: skip
+    lines = [
+        "# Every validation code",
+        "",
+        "Generated at build time from the code: each `error[code]` / "
+        "`warning[code]` an operator can meet, where it is made and the key it names. What each means, grouped, "
+        "is in [Validation and the fit](../concepts/validation.md).",
+        "",
+    ]
+    rows = [
+        (f"`{c.code}`", c.severity, f"`{c.key}`" if c.key else "", _brief(c.message), f"`{c.where}`") for c in codes
+    ]
     return "\n".join([*lines, table(("code", "severity", "key", "message", "made at"), rows)]) + "\n"
 
 

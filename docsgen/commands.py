@@ -33,9 +33,15 @@ def run(command: str, color: bool = False) -> tuple[int, str]:
     env.pop("NO_COLOR" if color else "FORCE_COLOR", None)
     env["FORCE_COLOR" if color else "NO_COLOR"] = "1"
     done = subprocess.run(
-        [sys.executable, "-m", "appliance.cli", *words[1:]], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "appliance.cli", *words[1:]],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     output = done.stdout.replace(str(ROOT), "<clone>").replace(str(Path.home()), "~")
     return done.returncode, output.rstrip()
 

@@ -25,16 +25,23 @@ def config_page(root: type, embedded: Mapping[str, object], options: Mapping[str
     """The page: a table per section (`model`, `mesh`, …); `embedded` is each key's value in the embedded default
     (the composed conf/), `options` each config group's options. DocsError names the first key without a
     description."""
-    lines = ["# Every config key", "", "Generated at build time from `appliance/config/schema.py`: each key's type and "
-             "range as composition enforces them, its schema default, its value in the embedded default (`conf/`, "
-             "what `make serve` runs) and its description (the field's docstring).", ""]  # fmt: skip
+    lines = [
+        "# Every config key",
+        "",
+        "Generated at build time from `appliance/config/schema.py`: each key's type and "
+        "range as composition enforces them, its schema default, its value in the embedded default (`conf/`, "
+        "what `make serve` runs) and its description (the field's docstring).",
+        "",
+    ]
     for section, rows in _sections(root):
         lines += [f"## `{section}`" if section != _TOP else f"## {section}", ""]
         if section in options:
             choices = ", ".join(f"`{section}={o}`" for o in options[section])
             lines += [f"A config group: one of {choices} (`conf/{section}/`) sets these keys.", ""]
-        cells = [(f"`{key}`", _type(hint), default, f"`{embedded[key]}`" if key in embedded else "", text)
-                 for key, hint, default, text in rows]  # fmt: skip
+        cells = [
+            (f"`{key}`", _type(hint), default, f"`{embedded[key]}`" if key in embedded else "", text)
+            for key, hint, default, text in rows
+        ]
         lines += [table(("key", "type and range", "default", "embedded", "description"), cells), ""]
     return "\n".join(lines) + "\n"
 
@@ -79,8 +86,10 @@ def _rows(cls: type, prefix: str) -> Iterator[Row]:
 def _field_rows(cls: type, field: dataclasses.Field[Any], hint: Any, texts: dict[str, str], prefix: str) -> list[Row]:
     key = prefix + field.name
     if field.name not in texts:
-        raise DocsError(f"config key {key} has no description: add a docstring under {cls.__name__}.{field.name} "
-                        "in appliance/config/schema.py")  # fmt: skip
+        raise DocsError(
+            f"config key {key} has no description: add a docstring under {cls.__name__}.{field.name} "
+            "in appliance/config/schema.py"
+        )
     rows: list[Row] = [(key, hint, _default(field), texts[field.name])]
     kind = _dataclass(hint)
     return rows + list(_rows(kind, key)) if kind is not None else rows

@@ -18,9 +18,15 @@ from appliance.markdown import table
 __all__ = ["Series", "find_series", "metrics_page"]
 
 _KINDS = {
-    "Gauge": "gauge", "Counter": "counter", "Enum": "gauge (enum)", "EnumMetric": "gauge (enum)",
-    "GaugeMetricFamily": "gauge", "CounterMetricFamily": "counter", "InfoMetricFamily": "info", "_gauge": "gauge",
-}  # fmt: skip
+    "Gauge": "gauge",
+    "Counter": "counter",
+    "Enum": "gauge (enum)",
+    "EnumMetric": "gauge (enum)",
+    "GaugeMetricFamily": "gauge",
+    "CounterMetricFamily": "counter",
+    "InfoMetricFamily": "info",
+    "_gauge": "gauge",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +45,14 @@ def find_series(module: Path) -> tuple[Series, ...]:
 
 
 def metrics_page(series: tuple[Series, ...]) -> str:
-    lines = ["# Every metric", "", "Generated at build time from `appliance/control/metrics.py`: the appliance's own "
-             "series on the control API's `GET /metrics` (bearer token). What a site alerts on and plots is in "
-             "[Prometheus and Grafana](../guides/prometheus-grafana.md).", ""]  # fmt: skip
+    lines = [
+        "# Every metric",
+        "",
+        "Generated at build time from `appliance/control/metrics.py`: the appliance's own "
+        "series on the control API's `GET /metrics` (bearer token). What a site alerts on and plots is in "
+        "[Prometheus and Grafana](../guides/prometheus-grafana.md).",
+        "",
+    ]
     rows = [(f"`{s.name}`", s.kind, ", ".join(f"`{label}`" for label in s.labels), s.help) for s in series]
     return "\n".join([*lines, table(("series", "type", "labels", "meaning"), rows)]) + "\n"
 

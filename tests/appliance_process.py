@@ -33,10 +33,12 @@ BODY = {"model": MODEL, "prompt": "Hello", "max_tokens": 16, "ignore_eos": True}
 KEY_ENV, API_KEY = "SITE_OPENAI_KEY", "sk-reliability-test"
 """The restartable appliance's engine port takes this key, read from the variable named KEY_ENV."""
 CAPABILITY_OVERRIDES = (
-    "features.prefix_caching=true", "features.chunked_prefill=false", "engine.env.VLLM_RPC_TIMEOUT='100000'",
+    "features.prefix_caching=true",
+    "features.chunked_prefill=false",
+    "engine.env.VLLM_RPC_TIMEOUT='100000'",
     "engine.extra_args=[--gpu-memory-utilization,'0.2',--enforce-eager,--dtype,float32,--kv-cache-memory-bytes,"
     "'268435456']",
-)  # fmt: skip
+)
 """Capabilities away from the defaults, which the restartable appliance runs with: prefix caching on,
 chunked prefill off, a variable vLLM does not read, a KV pool the CPU platform replaces with its own
 (tests/test_effective.py reads what the engine says it enabled)."""
@@ -85,8 +87,9 @@ class Served:
 
     def api(self, token: str | None = None) -> SyncControlClient:
         """The control client, with the appliance's token or the one given."""
-        return SyncControlClient(Target("appliance", self.control_url, self.token if token is None else token),
-                                 timeout_s=30.0)  # fmt: skip
+        return SyncControlClient(
+            Target("appliance", self.control_url, self.token if token is None else token), timeout_s=30.0
+        )
 
     def control(self, method: str, path: str, token: str | None = None) -> httpx.Response:
         """The raw answer, for tests of the API's status codes and pages."""
@@ -129,8 +132,15 @@ def openai_client(engine_url: str, api_key: str = "unused") -> OpenAI:
 def serve_command(engine_port: int, control_port: int, *extra: str, model: str = "tiny") -> list[str]:
     """The installed `appliance` console script, as operators run it (not `python -m`, which would
     put the working directory on the appliance's own import path); the tiny model unless told."""
-    return [str(Path(sys.executable).parent / "appliance"), "serve", f"model={model}", f"serving.port={engine_port}",
-            f"control.port={control_port}", "supervisor.backoff_initial_s=0.5", *extra]  # fmt: skip
+    return [
+        str(Path(sys.executable).parent / "appliance"),
+        "serve",
+        f"model={model}",
+        f"serving.port={engine_port}",
+        f"control.port={control_port}",
+        "supervisor.backoff_initial_s=0.5",
+        *extra,
+    ]
 
 
 def seed_tiny_model(cache: Path, model: str = "tiny") -> None:
@@ -156,10 +166,16 @@ def start_appliance(
     environ = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")} | (env or {})
     output = tmp / "serve.out"
     with output.open("wb") as sink:
-        proc = subprocess.Popen(serve_command(engine_port, control_port, *extra, model=model), env=environ,
-                                stdout=sink, stderr=sink, cwd=cwd)  # fmt: skip
-    served = Served(proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token,
-                    tmp / "cache", output)  # fmt: skip
+        proc = subprocess.Popen(
+            serve_command(engine_port, control_port, *extra, model=model),
+            env=environ,
+            stdout=sink,
+            stderr=sink,
+            cwd=cwd,
+        )
+    served = Served(
+        proc, f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{control_port}", token, tmp / "cache", output
+    )
     try:
         served.wait_for("ready", timeout=600.0)  # the engine's own ready_timeout_s: boots crawl on a busy host
         served.boot_log = served.control("GET", "/logs?tail=500").text
@@ -196,8 +212,9 @@ def revive(served: Served) -> None:
 class ClosedLoop:
     """`streams` clients, each sending the next completion (`body`, default BODY) when its last one is answered."""
 
-    def __init__(self, url: str, streams: int, headers: dict[str, str] | None = None,
-                 body: dict[str, object] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, streams: int, headers: dict[str, str] | None = None, body: dict[str, object] | None = None
+    ) -> None:
         self.url, self.headers, self.outcomes, self._stop = url, headers or {}, Counter[str](), threading.Event()
         self.body = body or BODY
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
@@ -226,15 +243,27 @@ class ClosedLoop:
 
 
 @contextmanager
-def running_gateway(site: Path, env: dict[str, str], out: Path, body: dict[str, object],
-                    headers: dict[str, str] | None = None) -> Iterator[str]:  # fmt: skip
+def running_gateway(
+    site: Path, env: dict[str, str], out: Path, body: dict[str, object], headers: dict[str, str] | None = None
+) -> Iterator[str]:
     """`appliance gateway` (HAProxy) in front of the site file's appliances, checking /readyz every 250 ms; its
     URL once a completion (`body`) passes through it."""
     listen = f"127.0.0.1:{free_ports(1)[0]}"
     gateway = subprocess.Popen(
-        [str(Path(sys.executable).parent / "appliance"), "gateway", "--site-file", str(site), "--listen", listen,
-         "--check-interval-ms", "250", "--out", str(out)], env=os.environ | env,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "appliance"),
+            "gateway",
+            "--site-file",
+            str(site),
+            "--listen",
+            listen,
+            "--check-interval-ms",
+            "250",
+            "--out",
+            str(out),
+        ],
+        env=os.environ | env,
+    )
     url = f"http://{listen}"
     try:
         deadline = time.monotonic() + 60

@@ -40,8 +40,11 @@ def play(scenario: str, into: Path) -> Iterator[tuple[Path, float]]:
                 shutil.rmtree(board_dir(root, str(value)))
                 continue
             board, _, file = key.partition("/")
-            where = hwmon_dir(root, board) / file.removeprefix("hwmon/") if file.startswith("hwmon/") else (
-                board_dir(root, board) / file)  # fmt: skip
+            where = (
+                hwmon_dir(root, board) / file.removeprefix("hwmon/")
+                if file.startswith("hwmon/")
+                else (board_dir(root, board) / file)
+            )
             where.write_text(f"{value}\n")
         _beat(root, sample)
         yield root, i * float(spec["every_s"])

@@ -50,8 +50,14 @@ class Browser:
         session = (await self.call("Target.attachToTarget", targetId=target, flatten=True))["sessionId"]
         try:
             await self.call("Page.enable", session=session)
-            await self.call("Emulation.setDeviceMetricsOverride", session=session, width=1280, height=900,
-                            deviceScaleFactor=1, mobile=False)  # fmt: skip
+            await self.call(
+                "Emulation.setDeviceMetricsOverride",
+                session=session,
+                width=1280,
+                height=900,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             loaded = self._event("Page.loadEventFired", session)
             await self.call("Page.navigate", session=session, url=url)
             await asyncio.wait_for(loaded, 30)
@@ -100,10 +106,21 @@ async def chromium() -> AsyncIterator[Browser]:
     assert binary, "chromium is missing: `make chromium` installs Debian's chromium package"
     with tempfile.TemporaryDirectory() as profile:
         process = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-port=0",
-             f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         assert process.stderr is not None
         drain = threading.Thread(target=process.stderr.read, daemon=True)  # its log must not fill the pipe
         try:

@@ -48,14 +48,24 @@ class EngineGate:
     reason: str
 
 
-CPU_GATE = EngineGate("cpu_engine", ROOT / ".engines" / "cpu" / ".appliance-engine-ok",
-                      "the CPU engine environment is not built (make engine-cpu)")  # fmt: skip
-TTNN_GATE = EngineGate("ttnn_engine", ROOT / ".engines" / "ttnn" / ".appliance-engine-ok",
-                       "the ttnn environment is not built (make engine-ttnn)")  # fmt: skip
+CPU_GATE = EngineGate(
+    "cpu_engine",
+    ROOT / ".engines" / "cpu" / ".appliance-engine-ok",
+    "the CPU engine environment is not built (make engine-cpu)",
+)
+TTNN_GATE = EngineGate(
+    "ttnn_engine",
+    ROOT / ".engines" / "ttnn" / ".appliance-engine-ok",
+    "the ttnn environment is not built (make engine-ttnn)",
+)
 
 
-SHARED = {"shared_appliance": "appliance pair", "restartable_appliance": "appliance pair", "sigtermed": "sigtermed",
-          "vision_appliance": "vision"}  # fmt: skip
+SHARED = {
+    "shared_appliance": "appliance pair",
+    "restartable_appliance": "appliance pair",
+    "sigtermed": "sigtermed",
+    "vision_appliance": "vision",
+}
 """The session's shared appliances and their xdist groups: under pytest-xdist (`--dist loadgroup`)
 the tests of a group run on one worker, so each appliance is booted once, not once per worker. The
 read-only and the restartable appliance form one group: the gateway test stands them side by side."""

@@ -67,13 +67,19 @@ def cpu_plan(tmp_path: Path, *overrides: str, model: str = "tiny") -> LaunchPlan
     """The real CPU plan of `model` (the tiny one unless told), with its state and logs under tmp_path."""
     return build_plan(
         validate(
-            compose_config([
-                "mesh=cpu", "engine=cpu", f"model={model}", f"paths.state_dir={tmp_path}/state",
-                f"paths.log_dir={tmp_path}/logs", *overrides,
-            ]),
+            compose_config(
+                [
+                    "mesh=cpu",
+                    "engine=cpu",
+                    f"model={model}",
+                    f"paths.state_dir={tmp_path}/state",
+                    f"paths.log_dir={tmp_path}/logs",
+                    *overrides,
+                ]
+            ),
             load_matrix(),
         )
-    )  # fmt: skip
+    )
 
 
 def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **supervisor: Any) -> LaunchPlan:
@@ -81,15 +87,26 @@ def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **
     plan = cpu_plan(tmp_path)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    fast = {"health_interval_s": 0.2, "hang_timeout_s": 1.0, "stop_grace_s": 1.0, "shutdown_timeout_s": 1.0,
-            "backoff_initial_s": 0.1, "backoff_max_s": 0.2} | supervisor  # fmt: skip
+    fast = {
+        "health_interval_s": 0.2,
+        "hang_timeout_s": 1.0,
+        "stop_grace_s": 1.0,
+        "shutdown_timeout_s": 1.0,
+        "backoff_initial_s": 0.1,
+        "backoff_max_s": 0.2,
+    } | supervisor
     # No host share: a fake engine stands in for supervision on 1 s timers, and at weight 10 beside the fast tier's
     # three workers on two cores it would wait out those timers (test_host_share.py tests the share itself).
     return replace(
-        plan, argv=(sys.executable, str(FAKE_ENGINE), "--port", str(port), *fake_args), port=port, base_url=base,
-        health_url=f"{base}/health", ready_timeout_s=ready_timeout_s, supervisor=replace(plan.supervisor, **fast),
+        plan,
+        argv=(sys.executable, str(FAKE_ENGINE), "--port", str(port), *fake_args),
+        port=port,
+        base_url=base,
+        health_url=f"{base}/health",
+        ready_timeout_s=ready_timeout_s,
+        supervisor=replace(plan.supervisor, **fast),
         host_share=None,
-    )  # fmt: skip
+    )
 
 
 async def wait_for(sup: EngineSupervisor, *states: EngineState, timeout: float = 30.0) -> None:

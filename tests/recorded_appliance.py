@@ -66,12 +66,25 @@ def recorded_plan() -> LaunchPlan:
     interpreter, ports, config hash) taken from its recorded /state."""
     plan = build_plan(validate(compose_config(["mesh=cpu", "engine=cpu"]), load_matrix()))
     return replace(
-        plan, argv=tuple(STATE["plan"]["argv"]), env=STATE["plan"]["env"], secret_env=STATE["plan"]["secret_env"],
-        base_url=STATE["engine_url"], health_url=STATE["health_url"], site=STATE["site"], family=STATE["family"],
-        checkpoint=STATE["checkpoint"], served_name=STATE["served_name"], mesh=STATE["mesh"], engine=STATE["engine"],
-        config_hash=STATE["config_hash"], max_context=STATE["max_context"], choices=STATE["choices"],
-        max_concurrency=STATE["max_concurrency"], provenance=STATE["provenance"], resolved=STATE["config"],
-    )  # fmt: skip
+        plan,
+        argv=tuple(STATE["plan"]["argv"]),
+        env=STATE["plan"]["env"],
+        secret_env=STATE["plan"]["secret_env"],
+        base_url=STATE["engine_url"],
+        health_url=STATE["health_url"],
+        site=STATE["site"],
+        family=STATE["family"],
+        checkpoint=STATE["checkpoint"],
+        served_name=STATE["served_name"],
+        mesh=STATE["mesh"],
+        engine=STATE["engine"],
+        config_hash=STATE["config_hash"],
+        max_context=STATE["max_context"],
+        choices=STATE["choices"],
+        max_concurrency=STATE["max_concurrency"],
+        provenance=STATE["provenance"],
+        resolved=STATE["config"],
+    )
 
 
 class RecordedSupervisor:

@@ -45,8 +45,11 @@ def sigterm_under_load(tmp: Path, *extra: str, max_tokens: int = 64) -> SigtermR
     accepted every one, and record it."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(tmp / "notify.sock"))
-        env = {"NOTIFY_SOCKET": str(tmp / "notify.sock"), "APPLIANCE_STATE_DIR": str(tmp / "state"),
-               "APPLIANCE_LOG_DIR": str(tmp / "logs")}  # fmt: skip
+        env = {
+            "NOTIFY_SOCKET": str(tmp / "notify.sock"),
+            "APPLIANCE_STATE_DIR": str(tmp / "state"),
+            "APPLIANCE_LOG_DIR": str(tmp / "logs"),
+        }
         served = start_appliance(tmp, "mesh=cpu", *extra, env=env)
         try:
             booted = receive(sock, served, until="READY=1")
@@ -55,8 +58,9 @@ def sigterm_under_load(tmp: Path, *extra: str, max_tokens: int = 64) -> SigtermR
             stopped = receive(sock, served, until=None)
         finally:
             stop_appliance(served)
-    return SigtermRun(booted, stopped, state, finishes, served.proc.returncode, group_gone(state.pid or 0),
-                      served.output.read_text())  # fmt: skip
+    return SigtermRun(
+        booted, stopped, state, finishes, served.proc.returncode, group_gone(state.pid or 0), served.output.read_text()
+    )
 
 
 def stop_under_load(served: Served, max_tokens: int) -> list[str | None]:

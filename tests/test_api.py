@@ -41,8 +41,14 @@ def auth(token: str = TOKEN) -> dict[str, str]:
 async def test_every_route_but_livez_needs_the_token(running: tuple[EngineSupervisor, httpx.AsyncClient]) -> None:
     _, client = running
     assert (await client.get("/livez")).status_code == 200
-    for method, path in (("GET", "/state"), ("GET", "/live"), ("GET", "/metrics"), ("GET", "/logs"),
-                         ("POST", "/drain"), ("POST", "/restart")):  # fmt: skip
+    for method, path in (
+        ("GET", "/state"),
+        ("GET", "/live"),
+        ("GET", "/metrics"),
+        ("GET", "/logs"),
+        ("POST", "/drain"),
+        ("POST", "/restart"),
+    ):
         assert (await client.request(method, path)).status_code == 401
         assert (await client.request(method, path, headers=auth("nope"))).status_code == 401
         assert (await client.request(method, path, headers={"Authorization": TOKEN})).status_code == 401

@@ -27,12 +27,23 @@ from .test_supervisor_device_faults import FABRIC
 TOKEN = "recorded-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SERIES = (
-    "appliance_engine_state", "appliance_engine_ready", "appliance_engine_state_seconds",
-    "appliance_engine_restarts_total", "appliance_engine_draining", "appliance_quarantined",
-    "appliance_boot_phase_seconds", "appliance_decode_stalls_total", "appliance_decode_stall_seconds_total",
-    "appliance_decode_seconds_total", "appliance_requests_running", "appliance_requests_waiting",
-    "appliance_kv_cache_usage_ratio", "appliance_slo_seconds", "appliance_goodput_ratio", "appliance_config_info",
-)  # fmt: skip
+    "appliance_engine_state",
+    "appliance_engine_ready",
+    "appliance_engine_state_seconds",
+    "appliance_engine_restarts_total",
+    "appliance_engine_draining",
+    "appliance_quarantined",
+    "appliance_boot_phase_seconds",
+    "appliance_decode_stalls_total",
+    "appliance_decode_stall_seconds_total",
+    "appliance_decode_seconds_total",
+    "appliance_requests_running",
+    "appliance_requests_waiting",
+    "appliance_kv_cache_usage_ratio",
+    "appliance_slo_seconds",
+    "appliance_goodput_ratio",
+    "appliance_config_info",
+)
 """Every series the recorded appliance exports (the generation series need an upgrader: test_rollout_runner)."""
 
 
@@ -91,10 +102,22 @@ async def test_a_quarantine_and_the_faults_that_led_to_it_are_series(tmp_path: P
 
 def test_decode_stalls_are_prefill_steps_between_decodes_with_their_share_of_decode_time() -> None:
     log = SchedulerLog()
-    step = ("Engine 000: Iteration({i}): {cr} context requests, {ct} context tokens, {gr} generation requests, "
-            "{gt} generation tokens, iteration elapsed time: {ms} ms")  # fmt: skip
-    for i, (cr, ct, gr, ms) in enumerate([(1, 90, 0, 50), (0, 0, 1, 10), (1, 400, 0, 200), (1, 300, 0, 100),
-                                          (0, 0, 2, 10), (0, 0, 2, 10), (0, 0, 0, 1), (1, 50, 0, 40)]):  # fmt: skip
+    step = (
+        "Engine 000: Iteration({i}): {cr} context requests, {ct} context tokens, {gr} generation requests, "
+        "{gt} generation tokens, iteration elapsed time: {ms} ms"
+    )
+    for i, (cr, ct, gr, ms) in enumerate(
+        [
+            (1, 90, 0, 50),
+            (0, 0, 1, 10),
+            (1, 400, 0, 200),
+            (1, 300, 0, 100),
+            (0, 0, 2, 10),
+            (0, 0, 2, 10),
+            (0, 0, 0, 1),
+            (1, 50, 0, 40),
+        ]
+    ):
         log.feed(step.format(i=i, cr=cr, ct=ct, gr=gr, gt=gr, ms=ms))
     stalls = log.stalls()
     # The first prefill held no decode back, nor the last (nothing was decoding); the two in between did, once.

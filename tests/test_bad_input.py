@@ -20,25 +20,64 @@ from appliance.plan import build_plan
 from .helpers import COMPOSING_EXAMPLES
 from .test_validate import MATRIX
 
-KEYS = st.sampled_from([
-    "serving.max_context", "serving.max_concurrency", "serving.data_parallel", "serving.port",
-    "features.prefix_caching",
-    "features.async_decode", "features.sample_on_device", "features.strict", "model.checkpoint", "model.family",
-    "tt.trace_mode", "tt.trace_region_size", "tt.fabric_config", "engine.extra_args", "site.min_status", "mesh",
-    "model", "precision", "engine", "site", "+bogus", "++model.extra", "~serving",
-])  # fmt: skip
+KEYS = st.sampled_from(
+    [
+        "serving.max_context",
+        "serving.max_concurrency",
+        "serving.data_parallel",
+        "serving.port",
+        "features.prefix_caching",
+        "features.async_decode",
+        "features.sample_on_device",
+        "features.strict",
+        "model.checkpoint",
+        "model.family",
+        "tt.trace_mode",
+        "tt.trace_region_size",
+        "tt.fabric_config",
+        "engine.extra_args",
+        "site.min_status",
+        "mesh",
+        "model",
+        "precision",
+        "engine",
+        "site",
+        "+bogus",
+        "++model.extra",
+        "~serving",
+    ]
+)
 VALUES = st.one_of(
-    st.integers(-5, 300_000).map(str), st.sampled_from(["true", "false", "null", "all", "t3k", "llama", "[--x,1]"]),
+    st.integers(-5, 300_000).map(str),
+    st.sampled_from(["true", "false", "null", "all", "t3k", "llama", "[--x,1]"]),
     st.text("abcdefghijklmnopqrstuvwxyz_-./=[]{},:'\" 0123456789", max_size=12),
-)  # fmt: skip
-SITE_KEYS = st.sampled_from([
-    "serving", "serving.max_context", "serving.port", "features", "features.strict", "site.name", "site.min_status",
-    "model.checkpoint", "engine.extra_args", "tt", "tt.trace_mode", "defaults", "mesh", "bogus.key", "",
-])  # fmt: skip
+)
+SITE_KEYS = st.sampled_from(
+    [
+        "serving",
+        "serving.max_context",
+        "serving.port",
+        "features",
+        "features.strict",
+        "site.name",
+        "site.min_status",
+        "model.checkpoint",
+        "engine.extra_args",
+        "tt",
+        "tt.trace_mode",
+        "defaults",
+        "mesh",
+        "bogus.key",
+        "",
+    ]
+)
 YAML_VALUES = st.one_of(
-    st.integers(-3, 10**6), st.booleans(), st.none(), st.text(max_size=10),
+    st.integers(-3, 10**6),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=10),
     st.lists(st.sampled_from(["- override /mesh: t3k", "--x", 1, None]), max_size=3),
-)  # fmt: skip
+)
 
 
 def outcome(overrides: list[str], site_dir: Path | None = None) -> None:

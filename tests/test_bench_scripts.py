@@ -113,8 +113,13 @@ def test_the_engine_side_bench_code_imports_and_parses_its_help_in_the_engine_in
     imports = [ast.unparse(n) for s in sources for n in s.body if isinstance(n, ast.Import | ast.ImportFrom)]
     assert ENGINE_SIDE or imports, "nothing engine-side found: this test would check nothing"
     program = "\n".join([*imports, HELP_EACH])
-    done = subprocess.run([str(cpu_engine), "-I", "-c", program, *map(str, ENGINE_SIDE)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [str(cpu_engine), "-I", "-c", program, *map(str, ENGINE_SIDE)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     helps = done.stdout.split("\f")[:-1]
     assert len(helps) == len(ENGINE_SIDE)
@@ -135,6 +140,7 @@ def test_every_make_target_the_docs_name_is_listed_with_its_check_and_expands() 
     assert named <= listed, f"docs/development/tests.md does not say what exercises: {sorted(named - listed)}"
     # -n prints each recipe, its prerequisites' included, and fails on a target or file no rule makes.
     checked = sorted(named - RUN_FOR_REAL)
-    done = subprocess.run(["make", "-n", "--no-print-directory", *checked], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", *checked], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert done.returncode == 0, done.stderr

@@ -27,8 +27,13 @@ from .board_scenarios import BOARDS, HOSTS
 from .helpers import Cli, free_port, promtool
 from .recorded_appliance import recorded_api, serving
 
-BOARD_ALERTS = ("ApplianceBoardHeartbeatStalled", "ApplianceBoardNearTrip", "ApplianceBoardThermalTrips",
-                "ApplianceBoardDramUntrained", "ApplianceBoardFirmwareDiffers")  # fmt: skip
+BOARD_ALERTS = (
+    "ApplianceBoardHeartbeatStalled",
+    "ApplianceBoardNearTrip",
+    "ApplianceBoardThermalTrips",
+    "ApplianceBoardDramUntrained",
+    "ApplianceBoardFirmwareDiffers",
+)
 OWN = 'job="lab", appliance="a", slot="engine"'
 OWN_SERIES = {
     f'appliance_board_heartbeat_age_seconds{{{OWN}, board="0"}}': "0 5 10 30 50 70x6",
@@ -43,9 +48,9 @@ OWN_SERIES = {
     f'appliance_board_dram_trained{{{OWN}, board="1"}}': "1x11",
     f'appliance_board_info{{{OWN}, board="0", card_type="n300", firmware="18.6.0"}}': "1x11",
     f'appliance_board_info{{{OWN}, board="1", card_type="n300", firmware="18.6.0"}}': "1x11",
-    'appliance_board_info{job="lab", appliance="b", slot="engine", board="0", card_type="n300", firmware="18.3.0"}':
-        "_x3 1x8",
-}  # fmt: skip
+    'appliance_board_info{job="lab", appliance="b", slot="engine", board="0", card_type="n300", '
+    'firmware="18.3.0"}': "_x3 1x8",
+}
 """One sample a minute: board 0 of appliance a meets each condition in turn, board 1 none; appliance b appears at 3m
 with an older firmware bundle (`_x3`: no sample for 3 minutes)."""
 TT = 'job="lab-tt-telemetry", appliance="a", hostname="t3k-lab-07"'
@@ -61,7 +66,7 @@ TT_SERIES = {
     'tt_fw_bundle_firmware_info{job="lab-tt-telemetry", appliance="b", hostname="t3k-lab-08", chip="0", '
     'version="18.3.0"}': "_x3 1x8",
     f'appliance_board_thermal_trips_total{{{OWN}, board="0"}}': "0x5 1x6",
-}  # fmt: skip
+}
 
 
 def cases(rules: dict[str, dict[str, object]], tt: bool) -> list[dict[str, object]]:
@@ -70,16 +75,32 @@ def cases(rules: dict[str, dict[str, object]], tt: bool) -> list[dict[str, objec
     job = "lab-tt-telemetry" if tt else "lab"
     where = "a chip 0" if tt else "a board 0"
     expected = {
-        "ApplianceBoardHeartbeatStalled": ("2m", "6m", {"job": job, "appliance": "a", **board},
-                                           f"{where}: ARC heartbeat stalled"),
-        "ApplianceBoardNearTrip": ("3m", "6m", {"job": job, "appliance": "a", **board},
-                                   f"{where} at 98 C, near its thermal trip point"),
-        "ApplianceBoardThermalTrips": ("4m", "6m", {"job": "lab", "appliance": "a", "board": "0", "slot": "engine"},
-                                       "a board 0 tripped thermally"),
-        "ApplianceBoardDramUntrained": ("1m", "3m", {"job": job, "appliance": "a", **board},
-                                        f"{where}: DRAM did not train"),
+        "ApplianceBoardHeartbeatStalled": (
+            "2m",
+            "6m",
+            {"job": job, "appliance": "a", **board},
+            f"{where}: ARC heartbeat stalled",
+        ),
+        "ApplianceBoardNearTrip": (
+            "3m",
+            "6m",
+            {"job": job, "appliance": "a", **board},
+            f"{where} at 98 C, near its thermal trip point",
+        ),
+        "ApplianceBoardThermalTrips": (
+            "4m",
+            "6m",
+            {"job": "lab", "appliance": "a", "board": "0", "slot": "engine"},
+            "a board 0 tripped thermally",
+        ),
+        "ApplianceBoardDramUntrained": (
+            "1m",
+            "3m",
+            {"job": job, "appliance": "a", **board},
+            f"{where}: DRAM did not train",
+        ),
         "ApplianceBoardFirmwareDiffers": ("4m", "6m", {}, "site lab: boards run 2 different firmware bundles"),
-    }  # fmt: skip
+    }
     out: list[dict[str, object]] = []
     for name, (silent, firing, labels, summary) in expected.items():
         rule = rules[name]
@@ -87,8 +108,13 @@ def cases(rules: dict[str, dict[str, object]], tt: bool) -> list[dict[str, objec
         annotations = {"summary": summary, "runbook": given["runbook"], "runbook_url": given["runbook_url"]}
         severity = rule["labels"]["severity"]  # type: ignore[index]
         out.append({"eval_time": silent, "alertname": name, "exp_alerts": []})
-        out.append({"eval_time": firing, "alertname": name, "exp_alerts": [
-            {"exp_labels": {**labels, "severity": severity}, "exp_annotations": annotations}]})  # fmt: skip
+        out.append(
+            {
+                "eval_time": firing,
+                "alertname": name,
+                "exp_alerts": [{"exp_labels": {**labels, "severity": severity}, "exp_annotations": annotations}],
+            }
+        )
     return out
 
 
@@ -117,14 +143,18 @@ def test_each_board_alert_fires_on_its_condition_with_its_runbook(
     assert tuple(rules) == BOARD_ALERTS and all(r["annotations"]["runbook"] for r in rules.values())
     jobs = {s["job_name"]: s for s in yaml.safe_load((out / "prometheus.yml").read_text())["scrape_configs"]}
     if tt:
-        assert jobs["lab-tt-telemetry"]["static_configs"] == [{"targets": ["10.0.4.21:8080"],
-                                                               "labels": {"appliance": "a"}}]  # fmt: skip
+        assert jobs["lab-tt-telemetry"]["static_configs"] == [
+            {"targets": ["10.0.4.21:8080"], "labels": {"appliance": "a"}}
+        ]
         assert "tt_arc_heartbeat" in rules["ApplianceBoardHeartbeatStalled"]["expr"]
     else:
         assert "lab-tt-telemetry" not in jobs
     series = [{"series": name, "values": values} for name, values in (TT_SERIES if tt else OWN_SERIES).items()]
-    tests = {"rule_files": ["tt-appliance-rules.yml"], "evaluation_interval": "1m",
-             "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases(rules, tt)}]}  # fmt: skip
+    tests = {
+        "rule_files": ["tt-appliance-rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases(rules, tt)}],
+    }
     (out / "tests.yml").write_text(yaml.safe_dump(tests))
     tested = promtool("test", "rules", "tests.yml", cwd=out)
     assert tested.returncode == 0, tested.stdout + tested.stderr
@@ -170,19 +200,36 @@ async def test_a_real_prometheus_scrapes_an_appliances_boards_and_the_recorded_t
         serving(Starlette(routes=[Route("/metrics", exporter)])) as tt,
     ):
         port = free_port()
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "200ms"},
-            "scrape_configs": [
-                {"job_name": "lab", "authorization": {"type": "Bearer", "credentials_file": str(tmp_path / "token")},
-                 "static_configs": [{"targets": [control.removeprefix("http://")], "labels": {"appliance": "a"}}]},
-                {"job_name": "lab-tt-telemetry",
-                 "static_configs": [{"targets": [tt.removeprefix("http://")], "labels": {"appliance": "a"}}]},
-            ],
-        }))  # fmt: skip
+        (tmp_path / "prometheus.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "200ms"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "lab",
+                            "authorization": {"type": "Bearer", "credentials_file": str(tmp_path / "token")},
+                            "static_configs": [
+                                {"targets": [control.removeprefix("http://")], "labels": {"appliance": "a"}}
+                            ],
+                        },
+                        {
+                            "job_name": "lab-tt-telemetry",
+                            "static_configs": [{"targets": [tt.removeprefix("http://")], "labels": {"appliance": "a"}}],
+                        },
+                    ],
+                }
+            )
+        )
         proc = subprocess.Popen(
-            [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                binary,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             chips = await _query(port, 'tt_asic_temperature_celsius{job="lab-tt-telemetry",appliance="a"}', 9)
             boards = await _query(port, 'appliance_board_temperature_celsius{job="lab",appliance="a"}', 4)

@@ -185,10 +185,16 @@ async def test_a_board_lost_under_one_slot_stops_only_that_slots_engine(tmp_path
     root = copy_tree("t3k", tmp_path)
     devices = {"a": (0, 1), "b": (2, 3)}
     plans = {name: quick(fake_plan(tmp_path / name), heartbeat_stall_s=3600.0) for name in devices}
-    sups = {name: EngineSupervisor(plan, EngineLog(tmp_path / name / "logs"), name=f"slot {name}")
-            for name, plan in plans.items()}  # fmt: skip
-    monitors = {name: board_monitor(sup.plan.boards, devices[name], slot=name, every_chip=False, root=root,
-                                    on_fault=sup.board_fault) for name, sup in sups.items()}  # fmt: skip
+    sups = {
+        name: EngineSupervisor(plan, EngineLog(tmp_path / name / "logs"), name=f"slot {name}")
+        for name, plan in plans.items()
+    }
+    monitors = {
+        name: board_monitor(
+            sup.plan.boards, devices[name], slot=name, every_chip=False, root=root, on_fault=sup.board_fault
+        )
+        for name, sup in sups.items()
+    }
     app = create_slots_app("pair", sups, TOKEN, boards={name: m.view for name, m in monitors.items()})
     tasks = [asyncio.create_task(t) for t in (*(s.run() for s in sups.values()), *(m.run() for m in monitors.values()))]
     try:
@@ -211,6 +217,8 @@ async def test_a_board_lost_under_one_slot_stops_only_that_slots_engine(tmp_path
     assert a.state == "ready" and b.state == "failed" and b.fault is not None and b.fault.rule == "board-gone"
     assert b.last_error is not None and b.last_error.startswith("tenstorrent!2 disappeared from the host")
     assert a.boards is not None and [(x.board, x.slot, x.state) for x in a.boards.boards] == [
-        ("0", "a", "ok"), ("1", "a", "ok")]  # fmt: skip
+        ("0", "a", "ok"),
+        ("1", "a", "ok"),
+    ]
     assert b.boards is not None and [x.state for x in b.boards.boards] == ["gone", "ok"]
     assert 'appliance_board_state{board="0",slot="a",state="ok"} 1.0' in page and 'slot="b"' not in page

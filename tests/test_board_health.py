@@ -19,8 +19,13 @@ from appliance.observe.board_sources import sysfs_reader
 
 from .board_scenarios import BOARDS, DATA, HOSTS, board_dir, copy_tree, hwmon_dir, play
 
-TREES = {"n150": ("n150", 1), "n300": ("n300", 1), "t3k": ("n300", 4), "galaxy": ("galaxy-wormhole", 32),
-         "p150": ("p150", 1)}  # fmt: skip
+TREES = {
+    "n150": ("n150", 1),
+    "n300": ("n300", 1),
+    "t3k": ("n300", 4),
+    "galaxy": ("galaxy-wormhole", 32),
+    "p150": ("p150", 1),
+}
 
 
 class Clock:
@@ -34,8 +39,13 @@ class Clock:
 
 
 def monitor(root: Path, boards: tuple[int, ...], faults: list[str], clock: Clock, **config: float) -> BoardMonitor:
-    return BoardMonitor(BoardsConfig(**config), sysfs_reader(root, boards), "sysfs", clock=clock,  # type: ignore[arg-type]
-                        on_fault=faults.append)  # fmt: skip
+    return BoardMonitor(
+        BoardsConfig(**config),
+        sysfs_reader(root, boards),
+        "sysfs",
+        clock=clock,  # type: ignore[arg-type]
+        on_fault=faults.append,
+    )
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))
@@ -87,10 +97,18 @@ def test_a_missing_unreadable_or_nonsense_attribute_is_unknown_with_one_problem_
     heartbeat.mkdir()  # reading a directory fails as an unreadable attribute does
     (reading,) = read_boards(root, (0,))
     assert reading.present and (reading.aiclk_mhz, reading.power_w, reading.temperature_c, reading.heartbeat) == (
-        None, None, None, None)  # fmt: skip
+        None,
+        None,
+        None,
+        None,
+    )
     assert reading.current_a is not None and reading.firmware == "18.10.0"
     assert sorted(p.split(": ", 1)[1] for p in reading.problems) == [
-        "'-1' is not a reading", "'garbage' is not a number", "missing", "unreadable (Is a directory)"]  # fmt: skip
+        "'-1' is not a reading",
+        "'garbage' is not a number",
+        "missing",
+        "unreadable (Is a directory)",
+    ]
     assert all(str(root) in p for p in reading.problems)
 
 
@@ -154,8 +172,9 @@ async def test_a_temperature_ramp_warns_when_hot_and_faults_once_on_the_trip(
     assert states == ["ok", "ok", "ok", "hot", "tripped", "ok"]  # hot from 95 C: 10 C below temp1_crit (105 C)
     assert faults == ["[boards] tenstorrent!2: thermal trip (tt_therm_trip_count 0 -> 1) at 104.9 C"]
     hot = [r.getMessage() for r in caplog.records if "keeps serving" in r.getMessage()]
-    assert hot == ["boards: tenstorrent!2: 96.8 C, within 10 C of its trip point 105 C (a warning: the engine keeps "
-                   "serving)"]  # fmt: skip
+    assert hot == [
+        "boards: tenstorrent!2: 96.8 C, within 10 C of its trip point 105 C (a warning: the engine keeps serving)"
+    ]
     assert watch is not None
     last = watch.view().boards[2]
     assert last.temperatures == pytest.approx((62.4, 79.3, 88.1, 96.8, 104.9, 71.2)) and last.trips_since_start == 1

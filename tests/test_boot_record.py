@@ -81,7 +81,8 @@ def test_a_damaged_record_file_is_replaced_by_the_next_boot(tmp_path: Path) -> N
 
 
 def test_the_first_ready_boot_after_a_cold_tensor_cache_marks_it_built_and_only_then_is_there_an_eta(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     """A TT plan's tensor cache (plan.tensor_cache): the boot that builds it has no ETA from warm boots' record (a
     cold cache takes up to the whole budget), a failed one leaves it unbuilt, the first ready one marks it."""
     now, path, cache = Clock(), tmp_path / "boot-records.json", tmp_path / "tt" / "key"

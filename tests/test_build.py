@@ -63,10 +63,25 @@ def write_one_entry_lock(path: Path, name: str, hashes: list[str]) -> None:
 
 def pip_dry_run(lock: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--require-hashes",
-         "--find-links", "/opt/wheels", "-r", str(lock)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--ignore-installed",
+            "--require-hashes",
+            "--find-links",
+            "/opt/wheels",
+            "-r",
+            str(lock),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_pip_installs_a_locked_file_and_refuses_one_whose_hash_differs(tmp_path: Path) -> None:
@@ -186,8 +201,9 @@ def test_check_upgrade_lists_the_sites_whose_verdict_changes_and_why(tmp_path: P
     done = cli("build", "--check-upgrade", "vllm=0.25.1", "+model=llama", "--site-dir", str(sites))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert any(line.startswith("  site interleave: valid, ") and "-> invalid, runnable with a change" in line
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("  site interleave: valid, ") and "-> invalid, runnable with a change" in line for line in lines
+    )
     assert any(
         "+ error[unsupported-feature] tt.decode_interleave_prefill_steps: not supported by vllm-tt-plugin "
         "at e3fc849 (vLLM 0.25.1); supported from 01078a0 (vLLM 0.26.0)" in line

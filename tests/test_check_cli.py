@@ -14,10 +14,24 @@ from .helpers import Cli, Ran, free_port
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 CHECK_IDS = [
-    "host.mesh", "host.firmware", "host.kmd", "host.holders", "host.boards", "host.hugepages", "host.disk",
-    "host.memory", "host.weights", "host.tensor_cache", "host.launch", "host.ttnn", "pilot.cadence",
-    "pilot.isolation", "pilot.pinning", "pilot.scheduler", "pilot.api",
-]  # fmt: skip
+    "host.mesh",
+    "host.firmware",
+    "host.kmd",
+    "host.holders",
+    "host.boards",
+    "host.hugepages",
+    "host.disk",
+    "host.memory",
+    "host.weights",
+    "host.tensor_cache",
+    "host.launch",
+    "host.ttnn",
+    "pilot.cadence",
+    "pilot.isolation",
+    "pilot.pinning",
+    "pilot.scheduler",
+    "pilot.api",
+]
 
 
 def check(cli: Cli, *args: str, path: str | None = None) -> Ran:
@@ -38,8 +52,15 @@ def test_the_default_config_on_this_host_is_incomplete_only_for_want_of_an_engin
 
 def test_a_70b_on_a_t3k_with_old_firmware_is_not_ready(cli: Cli, tmp_path: Path) -> None:
     script = tt_smi_script(tmp_path, f"cat {SNAPSHOT}")
-    done = check(cli, "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-                 "--host-root", str(HOSTS / "t3k"), path=f"{script.parent}:{os.environ['PATH']}")  # fmt: skip
+    done = check(
+        cli,
+        "+model=llama",
+        "mesh=t3k",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        "--host-root",
+        str(HOSTS / "t3k"),
+        path=f"{script.parent}:{os.environ['PATH']}",
+    )
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert (
@@ -60,8 +81,10 @@ def test_a_hot_board_with_past_trips_is_a_warning_in_check_and_the_pilot_report(
     report = tmp_path / "pilot.md"
     done = check(cli, "+model=llama", "mesh=t3k", "--host-root", str(root), "--report", str(report), "--no-probe")
     lines = done.stdout.splitlines()
-    assert ("warn    Board health: tenstorrent!1 at 98.5 C (trip 105 C); tenstorrent!1 tripped 1 time(s) since the "
-            "driver loaded") in lines  # fmt: skip
+    assert (
+        "warn    Board health: tenstorrent!1 at 98.5 C (trip 105 C); tenstorrent!1 tripped 1 time(s) since the "
+        "driver loaded"
+    ) in lines
     text = report.read_text()
     assert "- board health: 0: 44.1 °C, 41 W, aiclk 500 MHz, heartbeat 118263, trips 0; 1: 98.5 °C" in text
     assert "- tenstorrent!1: n300, fw 18.6.0, 98.5 C (trip 105 C), 41.4 W, aiclk 500 MHz" in text
@@ -98,8 +121,16 @@ def test_without_hwmon_the_check_reads_the_boards_from_the_tt_smi_snapshot(cli: 
     snapshot["device_info"][1]["board_info"]["dram_status"] = False
     (tmp_path / "snapshot.json").write_text(json.dumps(snapshot))
     script = tt_smi_script(tmp_path, f"cat {tmp_path / 'snapshot.json'}")
-    done = check(cli, "+model=llama", "mesh=n300", "--host-root", str(root), "--json", "--no-probe",
-                 path=f"{script.parent}:{os.environ['PATH']}")  # fmt: skip
+    done = check(
+        cli,
+        "+model=llama",
+        "mesh=n300",
+        "--host-root",
+        str(root),
+        "--json",
+        "--no-probe",
+        path=f"{script.parent}:{os.environ['PATH']}",
+    )
     boards = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "host.boards")
     assert boards["status"] == "fail" and boards["summary"].startswith("DRAM did not train on chip(s) 1")
     assert boards["evidence"]["tt-smi chip 1"].startswith("n300 R, fw 18.6.0, 43.6 C (trip 105 C)")

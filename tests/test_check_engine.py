@@ -29,8 +29,11 @@ class Check(Protocol):
 def check(cli: Cli, shared_appliance: Served, ttnn_engine: Path) -> Check:
     """`appliance check` of the shared appliance's own config, with a planted HF token in the environment
     (its host checks count chips with the ttnn environment)."""
-    env = {"APPLIANCE_TOKEN": shared_appliance.token, "HF_TOKEN": HF_SECRET,
-           "APPLIANCE_CACHE_DIR": str(shared_appliance.cache)}  # fmt: skip
+    env = {
+        "APPLIANCE_TOKEN": shared_appliance.token,
+        "HF_TOKEN": HF_SECRET,
+        "APPLIANCE_CACHE_DIR": str(shared_appliance.cache),
+    }
     port = shared_appliance.engine_url.rsplit(":", 1)[1]
     return lambda *args: cli("check", TINY, f"serving.port={port}", *args, env=env)
 
@@ -47,8 +50,9 @@ def test_the_running_cpu_engine_serves_the_recorded_client_contract(check: Check
     assert api["status"] == "pass", api
     assert api["evidence"]["engine"] == shared_appliance.engine_url and api["evidence"]["removed"] == []
     pilot = {k: v for k, v in statuses(report).items() if k.startswith("pilot.")}
-    assert pilot == dict.fromkeys(("pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler",
-                                   "pilot.api"), "pass")  # fmt: skip
+    assert pilot == dict.fromkeys(
+        ("pilot.cadence", "pilot.isolation", "pilot.pinning", "pilot.scheduler", "pilot.api"), "pass"
+    )
     assert statuses(report)["engine.config"] == "pass"  # the engine's own config code accepts the plan as planned
     assert report["verdict"] == "pass" and report["summary"].startswith("READY (18 pass")
 
@@ -75,8 +79,15 @@ def test_the_markdown_report_stands_alone_and_holds_no_secret(
     assert done.stdout.strip().endswith(f"; report in {tmp_path / 'pilot.md'}")
     text = (tmp_path / "pilot.md").read_text()
     assert text.startswith("# Pilot report: appliance/tiny-llama on cpu (cpu engine)\n\n**Verdict: READY")
-    for heading in ("## Host", "## Config and launch plan", "### Upstream cadence", "### Core isolation",
-                    "### Build pinning", "### Scheduler constraints", "### API compatibility"):  # fmt: skip
+    for heading in (
+        "## Host",
+        "## Config and launch plan",
+        "### Upstream cadence",
+        "### Core isolation",
+        "### Build pinning",
+        "### Scheduler constraints",
+        "### API compatibility",
+    ):
         assert heading in text
     assert "-m vllm.entrypoints.openai.api_server" in text and "HF_TOKEN=$HF_TOKEN" in text
     assert HF_SECRET not in text + done.stdout and shared_appliance.token not in text + done.stdout

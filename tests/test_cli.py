@@ -27,10 +27,17 @@ BAD_INPUT = [
 
 def test_validate_accepts_the_contract_example(cli: Cli) -> None:
     done = cli(
-        "validate", "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-        "serving.max_context=65536", "serving.max_concurrency=32", "features.prefix_caching=true",
-        "features.async_decode=true", "precision=accuracy", "site=lab-t3k",
-    )  # fmt: skip
+        "validate",
+        "+model=llama",
+        "mesh=t3k",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        "serving.max_context=65536",
+        "serving.max_concurrency=32",
+        "features.prefix_caching=true",
+        "features.async_decode=true",
+        "precision=accuracy",
+        "site=lab-t3k",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok: meta-llama/Llama-3.3-70B-Instruct on t3k")
 
@@ -52,8 +59,13 @@ def test_bad_input_gives_one_line_per_problem_and_no_traceback(cli: Cli, args: l
 
 
 def test_the_console_script_exits_2_with_one_line_per_problem_and_no_traceback() -> None:
-    done = subprocess.run([str(Path(sys.executable).parent / "appliance"), *BAD_INPUT[0]], capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "appliance"), *BAD_INPUT[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     refused_as_bad_config(done)
 
 

@@ -16,9 +16,22 @@ import pytest
 from appliance.cli.main import COMMANDS, _parser, main
 
 # What a verdict must not pay for: serving, the control client and its HTTP stack, the console, load tests.
-HEAVY = ("httpx", "uvicorn", "starlette", "textual", "appliance.control", "appliance.serve", "appliance.runtime",
-         "appliance.loadtest", "appliance.deploy", "appliance.engines", "appliance.preflight", "appliance.quality",
-         "appliance.plan", "appliance.slots.plan")  # fmt: skip
+HEAVY = (
+    "httpx",
+    "uvicorn",
+    "starlette",
+    "textual",
+    "appliance.control",
+    "appliance.serve",
+    "appliance.runtime",
+    "appliance.loadtest",
+    "appliance.deploy",
+    "appliance.engines",
+    "appliance.preflight",
+    "appliance.quality",
+    "appliance.plan",
+    "appliance.slots.plan",
+)
 
 
 def _modules_after_parser(wanted: str | None) -> set[str]:

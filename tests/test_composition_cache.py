@@ -208,8 +208,10 @@ def test_a_warm_verdict_imports_neither_hydra_nor_pydantic_nor_yaml(tmp_path: Pa
         "print(code, sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'omegaconf', 'pydantic', 'yaml'}))\n"
     )
     env = os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}
-    runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False)
-            for _ in range(2)]  # fmt: skip
+    runs = [
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False)
+        for _ in range(2)
+    ]
     assert runs[0].stdout.splitlines()[-1] == "0 ['hydra', 'omegaconf', 'pydantic', 'yaml']"
     assert runs[1].stdout.splitlines()[-1] == "0 []"
     assert runs[0].stderr == runs[1].stderr
@@ -228,8 +230,9 @@ def test_an_unseen_value_override_reuses_its_group_selections_merge_and_the_sche
 
     def plan(port: int) -> subprocess.CompletedProcess[str]:
         env = os.environ | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}  # the plan shows paths under it
-        return subprocess.run([sys.executable, "-c", probe, str(port)], capture_output=True, text=True, env=env,
-                              check=False)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-c", probe, str(port)], capture_output=True, text=True, env=env, check=False
+        )
 
     cold = plan(8102)
     shutil.rmtree(tmp_path / "cache")

@@ -132,8 +132,14 @@ async def test_the_client_hands_out_the_document_it_kept_when_the_appliance_answ
             assert await client.state("rec") is state and await client.checks("rec") is checks
             first, second = await client.load("rec"), await client.load("rec")
     assert isinstance(state, StateDocument) and isinstance(checks, ChecksDocument)
-    assert answers.statuses == [("/state", 200), ("/checks", 200), ("/state", 304), ("/checks", 304),
-                                ("/load", 200), ("/load", 200)]  # fmt: skip
+    assert answers.statuses == [
+        ("/state", 200),
+        ("/checks", 200),
+        ("/state", 304),
+        ("/checks", 304),
+        ("/load", 200),
+        ("/load", 200),
+    ]
     assert second != first  # the next recorded page: a changed document still arrives
 
 
@@ -177,7 +183,16 @@ async def test_an_appliance_from_before_live_is_polled_one_document_at_a_time_an
             poller = Poller(client)
             first, second = await poller.poll("rec", detail=True), await poller.poll("rec", detail=True)
     # /state changes once, when the first /load hands the appliance the page it reads capabilities from
-    assert older.statuses == [("/live", 404), ("/state", 200), ("/load", 200), ("/host", 200), ("/checks", 200),
-                              ("/state", 200), ("/load", 200), ("/host", 304), ("/checks", 304)]  # fmt: skip
+    assert older.statuses == [
+        ("/live", 404),
+        ("/state", 200),
+        ("/load", 200),
+        ("/host", 200),
+        ("/checks", 200),
+        ("/state", 200),
+        ("/load", 200),
+        ("/host", 304),
+        ("/checks", 304),
+    ]
     assert first.error is None and second.error is None and second.checks is first.checks
     assert second.state is not None and second.load is not None and second.load != first.load

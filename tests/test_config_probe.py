@@ -66,8 +66,9 @@ def test_serve_stops_at_the_engines_refusal_before_the_engine_spawns(tmp_path: P
     seed_tiny_model(tmp_path / "cache")
     engine_port, control_port = free_ports(2)
     env = os.environ | {"APPLIANCE_TOKEN": "t", "APPLIANCE_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run(serve_command(engine_port, control_port, BELOW_SEQS), env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        serve_command(engine_port, control_port, BELOW_SEQS), env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 2, done.stderr
     assert "error[engine-refused]" in done.stderr and "Traceback" not in done.stderr
     assert "asking the engine's config code" in done.stderr
@@ -93,9 +94,11 @@ def probe_wrapper(tmp_path: Path, cpu_engine: Path, body: str) -> Path:
     return script
 
 
-@pytest.mark.parametrize(("body", "says"), [("sleep 60", "did not finish within 3s"),
-                                            ("echo boom >&2; exit 1", "exited 1 without a result: boom")],
-                         ids=["hung", "crashed"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [("sleep 60", "did not finish within 3s"), ("echo boom >&2; exit 1", "exited 1 without a result: boom")],
+    ids=["hung", "crashed"],
+)
 def test_a_probe_that_hangs_or_crashes_is_one_line_naming_the_engine_and_exit_3(
     cli: Cli, tmp_path: Path, cpu_engine: Path, body: str, says: str
 ) -> None:
@@ -138,8 +141,13 @@ def test_the_installed_class_decides_where_the_tt_metal_environment_is(
         "class LlamaForCausalLM:\n"
         "    model_capabilities = {'supports_sample_on_device': True, 'supports_async_decode': True}\n"
     )
-    overrides = ["+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-                 f"engine.python={ttnn_engine}", f"engine.env.PYTHONPATH={tmp_path}"]  # fmt: skip
+    overrides = [
+        "+model=llama",
+        "mesh=galaxy",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        f"engine.python={ttnn_engine}",
+        f"engine.env.PYTHONPATH={tmp_path}",
+    ]
     composed = compose_config(overrides)
     installed = installed_classes(composed, matrix)
     assert installed is not None
@@ -157,14 +165,31 @@ def test_the_probe_imports_nothing_of_the_appliance(cpu_engine: Path, tmp_path: 
     """The engine-side probe is stdlib plus the engine's own packages: run its config mode and list what loaded."""
     seed_tiny_model(tmp_path / "cache")
     script = Path(__file__).parents[1] / "engine_plugins" / "appliance_probe.py"
-    argv = [str(script), "config", "@@", "--", "--model", str(tmp_path / "cache" / "models" / "tiny-llama"),
-            "--max-model-len", "2048", "--dtype", "float32"]  # fmt: skip
+    argv = [
+        str(script),
+        "config",
+        "@@",
+        "--",
+        "--model",
+        str(tmp_path / "cache" / "models" / "tiny-llama"),
+        "--max-model-len",
+        "2048",
+        "--dtype",
+        "float32",
+    ]
     code = (
         f"import runpy, sys; sys.argv = {argv!r}; runpy.run_path({str(script)!r}, run_name='__main__'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('appliance', 'tui', 'hydra')))"
     )
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1"}
-    done = subprocess.run([str(cpu_engine), "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=300, env=env, check=True)  # fmt: skip
+    done = subprocess.run(
+        [str(cpu_engine), "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env=env,
+        check=True,
+    )
     assert '"accepted": true' in done.stdout
     assert done.stdout.strip().endswith("[]"), done.stdout[-500:]

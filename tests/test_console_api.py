@@ -117,8 +117,12 @@ def test_a_bad_site_file_is_refused_naming_the_file_and_key(tmp_path: Path, text
 
 def test_the_console_command_reports_a_bad_site_file_in_one_line(tmp_path: Path) -> None:
     path = write(tmp_path, "- {name: a}\n")
-    done = subprocess.run([sys.executable, "-m", "appliance.cli", "console", "--site-file", str(path)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "console", "--site-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "site.yaml:0.url" in done.stderr
 

@@ -28,8 +28,9 @@ def console(live: Served) -> ConsoleApp:
 def generate(live: Served, requests: int) -> None:
     client = live.client()
     for i in range(requests):
-        client.completions.create(model=MODEL, prompt=f"Request {i} " * 40, max_tokens=200,
-                                  extra_body={"ignore_eos": True})  # fmt: skip
+        client.completions.create(
+            model=MODEL, prompt=f"Request {i} " * 40, max_tokens=200, extra_body={"ignore_eos": True}
+        )
 
 
 def observed_first_tokens(app: ConsoleApp) -> float:

@@ -74,8 +74,11 @@ async def test_the_fleet_lists_every_appliance_and_keeps_unreachable_ones() -> N
             assert isinstance(app.screen, FleetScreen)
             table = app.screen.query_one(DataTable)
             assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == [
-                "recorded-0", "recorded-1", "gone", "wrong-token"
-            ]  # fmt: skip
+                "recorded-0",
+                "recorded-1",
+                "gone",
+                "wrong-token",
+            ]
             assert str(table.get_row(one_key(table, "gone"))[1]) == "unreachable"
             assert "ClientConnectorError" in str(table.get_row(one_key(table, "gone"))[9])
             assert "401" in str(table.get_row(one_key(table, "wrong-token"))[9])
@@ -195,8 +198,14 @@ def test_the_console_command_runs_in_a_terminal_and_quits_on_q() -> None:
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 140, 0, 0))
         env = os.environ | {"TERM": "xterm-256color", "APPLIANCE_TOKEN": rec.token}
-        proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "console", "--url", rec.url, "--read-only"],
-                                stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "appliance.cli", "console", "--url", rec.url, "--read-only"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+        )
         os.close(slave)
         try:
             screen = read_until(master, lambda seen: b"READY" in seen)

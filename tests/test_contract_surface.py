@@ -22,16 +22,20 @@ UNDER_0_25 = "not supported by vllm-tt-plugin at e3fc849 (vLLM 0.25.1); supporte
 
 
 def judged(
-    matrix: CompatibilityMatrix, *overrides: str, against: str | None = None,
+    matrix: CompatibilityMatrix,
+    *overrides: str,
+    against: str | None = None,
     installed: dict[str, InstalledClass] | None = None,
-) -> ValidatedConfig:  # fmt: skip
+) -> ValidatedConfig:
     return validate(compose_config(list(overrides)), matrix, against=against, installed=installed)
 
 
 def refused(
-    matrix: CompatibilityMatrix, *overrides: str, against: str | None = None,
+    matrix: CompatibilityMatrix,
+    *overrides: str,
+    against: str | None = None,
     installed: dict[str, InstalledClass] | None = None,
-) -> list[Problem]:  # fmt: skip
+) -> list[Problem]:
     with pytest.raises(ConfigError) as caught:
         judged(matrix, *overrides, against=against, installed=installed)
     return [p for p in caught.value.problems if p.severity == "error"]
@@ -154,8 +158,14 @@ def test_validate_ends_with_the_fit_in_three_buckets(cli: Cli) -> None:
     assert change.stderr.splitlines()[-1].startswith(fit)
     not_runnable = cli("validate", "+model=gpt_oss", "mesh=n150")
     assert not_runnable.stderr.splitlines()[-1].startswith("fit: not runnable: mesh: model=gpt_oss")
-    kv = cli("validate", TINY, "mesh=cpu", "engine=cpu", "~engine.env.VLLM_CPU_KVCACHE_SPACE",
-                   "engine.extra_args=[--kv-cache-memory-bytes,1572864]")  # fmt: skip
+    kv = cli(
+        "validate",
+        TINY,
+        "mesh=cpu",
+        "engine=cpu",
+        "~engine.env.VLLM_CPU_KVCACHE_SPACE",
+        "engine.extra_args=[--kv-cache-memory-bytes,1572864]",
+    )
     assert kv.returncode == 0 and kv.stdout.splitlines()[-1].startswith("fit: runnable with a change: ")
     assert "max_context ≤ 128 fits 16 users on cpu" in kv.stdout
 
@@ -171,8 +181,9 @@ def test_validate_and_plan_take_against_and_the_matrix_reports_fit(cli: Cli) -> 
     # Its on-device sampling rests on an unverified record, and a block-output model must sample on device: no
     # setting runs it, as validate says (switching sampling off would only bring back the block-output refusal).
     assert buckets["google/diffusiongemma-26B-A4B-it"] == "not runnable"
-    rows = json.loads(cli("matrix", "--mesh", "p300x2", "--model", "gemma", "--against", "vllm=0.25.1",
-                                "--json").stdout)  # fmt: skip
+    rows = json.loads(
+        cli("matrix", "--mesh", "p300x2", "--model", "gemma", "--against", "vllm=0.25.1", "--json").stdout
+    )
     assert {r["checkpoint"]: r["fit"]["bucket"] for r in rows}["google/diffusiongemma-26B-A4B-it"] == "not runnable"
     bad = cli("validate", *LLAMA, "--against", "vllm=9")
     assert bad.returncode == 2 and bad.stderr.startswith("error[bad-against] --against:")

@@ -106,9 +106,26 @@ def test_an_infinite_bucket_bound_crosses_the_wire_as_standard_json() -> None:
     steps = StepsDocument(10, 12.5, 8, 32, ((16.0, 7.0), (float("inf"), 3.0)), 0.25)
     latency = LatencyDocument(0.02, 0.05, 0.08, 24)
     summary = SummaryDocument(
-        5.0, 1, 3, 0, 0.01, 2097152, 40.0, 120.0, (35.0, 40.0), (110.0, 120.0), 0.5, 0, None, latency, latency,
-        latency, steps, False, (),
-    )  # fmt: skip
+        5.0,
+        1,
+        3,
+        0,
+        0.01,
+        2097152,
+        40.0,
+        120.0,
+        (35.0, 40.0),
+        (110.0, 120.0),
+        0.5,
+        0,
+        None,
+        latency,
+        latency,
+        latency,
+        steps,
+        False,
+        (),
+    )
     load = LoadDocument(summary, None, SchedulerDocument(None, 0, 0, 0.0, 0.0, None, None), ("3 queued",))
     body = render(load)
     assert json.loads(body)["summary"]["steps"]["distribution"][1] == ["Infinity", 3.0]  # no bare Infinity

@@ -64,23 +64,37 @@ def _key(path: Path) -> ec.EllipticCurvePrivateKey:
 def _ca(path: Path, name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key(path.with_suffix(".key"))
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(NOW - dt.timedelta(days=1))
-            .not_valid_after(NOW + dt.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - dt.timedelta(days=1))
+        .not_valid_after(NOW + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert, key
 
 
 def _leaf(path: Path, key_path: Path, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], days: int) -> None:
     key = _key(key_path)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca[0].subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(NOW - dt.timedelta(days=2)).not_valid_after(NOW + dt.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .sign(ca[1], hashes.SHA256()))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca[0].subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - dt.timedelta(days=2))
+        .not_valid_after(NOW + dt.timedelta(days=days))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .sign(ca[1], hashes.SHA256())
+    )
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
@@ -92,8 +106,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     _leaf(root / "expired.pem", root / "expired.key", ca, -1)
     _key(root / "other.key")
     _ca(root / "other-ca.pem", "another CA")
-    return Pki(root / "ca.pem", root / "cert.pem", root / "cert.key", root / "expired.pem", root / "other.key",
-               root / "other-ca.pem")  # fmt: skip
+    return Pki(
+        root / "ca.pem",
+        root / "cert.pem",
+        root / "cert.key",
+        root / "expired.pem",
+        root / "other.key",
+        root / "other-ca.pem",
+    )
 
 
 def tls_of(pki: Pki, **change: Path) -> ControlTls:
@@ -144,8 +164,12 @@ def test_status_over_tls_from_the_command_line(cli: Cli, pki: Pki) -> None:
     ids=["expired", "mismatched-key", "wrong-ca", "missing-key"],
 )
 def test_a_bad_tls_file_is_one_line_naming_it(pki: Pki, change: dict[str, str], code: str, names: str) -> None:
-    files = {"expired": pki.expired, "other_key": pki.other_key, "other_ca": pki.other_ca,
-             "missing": pki.key.parent / "missing.key"}  # fmt: skip
+    files = {
+        "expired": pki.expired,
+        "other_key": pki.other_key,
+        "other_ca": pki.other_ca,
+        "missing": pki.key.parent / "missing.key",
+    }
     key = next(iter(change))
     if change[key] == "expired":  # the expired certificate comes with its own key
         tls = tls_of(pki, cert_file=pki.expired, key_file=pki.key.parent / "expired.key")
@@ -163,9 +187,15 @@ def test_a_key_others_can_read_is_refused_before_anything_binds(cli: Cli, pki: P
     exposed.chmod(0o644)
     with pytest.raises(ConfigError, match="tls-key-exposed.*mode 0644"):
         check_server_files(tls_of(pki, key_file=exposed))
-    done = cli("serve", "--no-probe", TINY, "mesh=cpu", f"engine.python={sys.executable}",
-               f"control.tls={{cert_file: {pki.cert}, key_file: {exposed}, ca_file: {pki.ca}}}",
-               env={"APPLIANCE_TOKEN": TOKEN})  # fmt: skip
+    done = cli(
+        "serve",
+        "--no-probe",
+        TINY,
+        "mesh=cpu",
+        f"engine.python={sys.executable}",
+        f"control.tls={{cert_file: {pki.cert}, key_file: {exposed}, ca_file: {pki.ca}}}",
+        env={"APPLIANCE_TOKEN": TOKEN},
+    )
     assert done.returncode == 3  # a fact of this host (README: exit codes)
     (line,) = done.stderr.strip().splitlines()[-1:]
     assert line.startswith("error[tls-key-exposed] control.tls.key_file: ") and str(exposed) in line
@@ -194,8 +224,10 @@ def test_the_gateway_checks_a_tls_control_api_with_its_ca() -> None:
     checked = backend("a", "http://10.0.0.1:8000", "https://10.0.0.1:8100", "/etc/tt-appliance/ca.pem")
     plain = backend("b", "http://10.0.0.2:8000", "http://10.0.0.2:8100")
     config = render_haproxy([checked, plain], "127.0.0.1:9000")
-    assert ("server a 10.0.0.1:8000 check addr 10.0.0.1 port 8100 check-ssl verify required ca-file "
-            "/etc/tt-appliance/ca.pem") in config  # fmt: skip
+    assert (
+        "server a 10.0.0.1:8000 check addr 10.0.0.1 port 8100 check-ssl verify required ca-file "
+        "/etc/tt-appliance/ca.pem"
+    ) in config
     assert "server b 10.0.0.2:8000 check addr 10.0.0.2 port 8100\n" in config + "\n"
 
 

@@ -86,8 +86,9 @@ def test_a_foreign_pickle_in_the_cache_runs_nothing(cache: Path, models: Path, t
 
 def _verdict(cache_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "APPLIANCE_CACHE_DIR": str(cache_dir)}
-    return subprocess.run([sys.executable, "-m", "appliance.cli", *VERDICT, *extra],
-                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "appliance.cli", *VERDICT, *extra], capture_output=True, text=True, env=env, check=False
+    )
 
 
 @pytest.mark.parametrize("extra", [(), ("--json",)], ids=["text", "json"])

@@ -47,16 +47,29 @@ CONFIGS = {
 
 
 CHECKPOINT, REVISION = "HuggingFaceTB/SmolLM2-135M-Instruct", hashlib.sha1(b"the site's pinned commit").hexdigest()
-PINNED = ("model=smollm2", "mesh=cpu", f"model.checkpoint={CHECKPOINT}", f"model.revision={REVISION}",
-          "site.weights.mirror=http://mirror.lab:8080")  # fmt: skip
+PINNED = (
+    "model=smollm2",
+    "mesh=cpu",
+    f"model.checkpoint={CHECKPOINT}",
+    f"model.revision={REVISION}",
+    "site.weights.mirror=http://mirror.lab:8080",
+)
 """SmolLM2 as the hub publishes it, pinned, from a site mirror on a port of its own."""
 
 
 def record_lock(locks: Path) -> Path:
     """The site's weights lock of PINNED's revision in `locks`, as its first fetch records it."""
     path = lock_path(locks, CHECKPOINT, REVISION)
-    write_lock(path, Lock(CHECKPOINT, REVISION, datetime.now(UTC), "http://mirror.lab:8080",
-                          (LockedFile("model.safetensors", 3, "0" * 64),)))  # fmt: skip
+    write_lock(
+        path,
+        Lock(
+            CHECKPOINT,
+            REVISION,
+            datetime.now(UTC),
+            "http://mirror.lab:8080",
+            (LockedFile("model.safetensors", 3, "0" * 64),),
+        ),
+    )
     return path
 
 
@@ -85,8 +98,9 @@ def test_every_rendered_manifest_passes_the_kubernetes_schema(matrix: Compatibil
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize(("name", "count", "board"), [("lab-t3k", 4, "n300"), ("edge-n150", 1, "n150"),
-                                                      ("galaxy", 32, "galaxy-wormhole")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "count", "board"), [("lab-t3k", 4, "n300"), ("edge-n150", 1, "n150"), ("galaxy", 32, "galaxy-wormhole")]
+)
 def test_tt_boards_are_claimed_through_dra_by_count_and_board_name(
     matrix: CompatibilityMatrix, name: str, count: int, board: str
 ) -> None:
@@ -203,7 +217,9 @@ def test_a_rollout_moves_one_pod_at_a_time_and_a_device_bound_pod_never_surges(
     config = validated(matrix, *CONFIGS[name])
     spec = kinds(render_k8s(config, image="x", replicas=3))["Deployment"]["spec"]
     assert spec["replicas"] == 3 and spec["strategy"] == {
-        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}  # fmt: skip
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable},
+    }
     assert spec["progressDeadlineSeconds"] > config.config.engine.ready_timeout_s
 
 
@@ -233,8 +249,10 @@ def test_a_gate_file_the_pod_would_refuse_is_refused_at_render(cli: Cli, tmp_pat
     gates.write_text("baseline: {accuracy: 0.68}\n")  # the workload gate runs, and has no baseline
     done = cli("render", "k8s", "site=lab-t3k", "+model=llama", "--gates", str(gates))
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == (f"error[gate-file] {gates}:baseline: the workload gate needs goodput, ttft_p95. "
-                                   "Record it, or add workload to gates.skip")  # fmt: skip
+    assert done.stderr.strip() == (
+        f"error[gate-file] {gates}:baseline: the workload gate needs goodput, ttft_p95. "
+        "Record it, or add workload to gates.skip"
+    )
 
 
 def test_a_pinned_checkpoint_is_fetched_into_the_nodes_store_before_the_engine_starts(
@@ -268,10 +286,17 @@ def test_a_pinned_checkpoint_is_fetched_into_the_nodes_store_before_the_engine_s
         mount = mounts[container]["weights-lock"]
         assert mount["readOnly"] and str(Path(mount["mountPath"]) / item["path"]) == in_pod.lock_file
     # The hub token: the Secret's key as a file at the path the config names, for the fetch only; never a value.
-    assert volumes["weights-token"]["secret"] == {"secretName": "tt-appliance-default-secrets", "defaultMode": 0o400,
-                                                  "items": [{"key": "HF_TOKEN", "path": "token"}]}  # fmt: skip
-    assert mounts[FETCH_CONTAINER]["weights-token"] == {"name": "weights-token", "subPath": "token", "readOnly": True,
-                                                        "mountPath": "/etc/tt-appliance/hf-token"}  # fmt: skip
+    assert volumes["weights-token"]["secret"] == {
+        "secretName": "tt-appliance-default-secrets",
+        "defaultMode": 0o400,
+        "items": [{"key": "HF_TOKEN", "path": "token"}],
+    }
+    assert mounts[FETCH_CONTAINER]["weights-token"] == {
+        "name": "weights-token",
+        "subPath": "token",
+        "readOnly": True,
+        "mountPath": "/etc/tt-appliance/hf-token",
+    }
     assert "weights-token" not in mounts["appliance"] and "secretKeyRef" not in str(pod)
     assert {e["name"] for e in fetch["env"]} == {"APPLIANCE_HOST_FILE", "HOME", "USER"}
     egress = kinds(manifests)["NetworkPolicy"]["spec"]["egress"]

@@ -33,8 +33,14 @@ def tree(tmp_path: Path) -> Path:
 
 def make_docs(tree: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.run([sys.executable, "-m", "docsgen", "--site-dir", str(tree.parent / "site")], cwd=tree,
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "docsgen", "--site-dir", str(tree.parent / "site")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def edit(path: Path, old: str, new: str) -> None:

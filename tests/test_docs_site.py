@@ -36,8 +36,9 @@ SCREENSHOT = ROOT / ".cache" / "docs-home.png"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     out = tmp_path_factory.mktemp("site")
     started = time.monotonic()
-    built = subprocess.run([sys.executable, "-m", "docsgen", "--site-dir", str(out)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
+    built = subprocess.run(
+        [sys.executable, "-m", "docsgen", "--site-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     print(f"docs build: {time.monotonic() - started:.1f} s")
     assert built.returncode == 0, built.stderr
     yield out

@@ -50,7 +50,8 @@ def names(kind: type) -> set[str]:
 
 
 @pytest.mark.parametrize(("document", "internal", "inside"), PAIRS, ids=lambda p: getattr(p, "__name__", ""))
-def test_a_wire_document_carries_every_field_of_the_type_it_is_read_from(document: type, internal: type,
-                                                                          inside: set[str]) -> None:  # fmt: skip
+def test_a_wire_document_carries_every_field_of_the_type_it_is_read_from(
+    document: type, internal: type, inside: set[str]
+) -> None:
     assert names(document) - names(internal) == set(), "fields the document has and its source lacks"
     assert names(internal) - names(document) == inside, "fields the source has and the document drops"

@@ -22,10 +22,15 @@ from .helpers import cpu_plan
 
 DATA = Path(__file__).parent / "data"
 TT_OVERRIDES = (
-    "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct", "serving.max_context=65536",
-    "features.prefix_caching=true", "features.async_decode=true", "features.strict=false",
+    "+model=llama",
+    "mesh=t3k",
+    "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+    "serving.max_context=65536",
+    "features.prefix_caching=true",
+    "features.async_decode=true",
+    "features.strict=false",
     "engine.env.VLLM_RPC_TIMEOUT='100000'",
-)  # fmt: skip
+)
 
 
 def by_code(problems: tuple[object, ...]) -> dict[str, set[str]]:

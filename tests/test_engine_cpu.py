@@ -73,8 +73,9 @@ def test_a_second_serve_on_the_same_ports_is_refused_and_the_first_keeps_serving
     engine_port = served.engine_url.rsplit(":", 1)[1]
     control_port = served.control_url.rsplit(":", 1)[1]
     env = os.environ | {"APPLIANCE_TOKEN": "other", "APPLIANCE_CACHE_DIR": str(served.cache)}
-    done = subprocess.run(serve_command(int(engine_port), int(control_port)), env=env, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        serve_command(int(engine_port), int(control_port)), env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 3 and "Traceback" not in done.stderr  # a port held: a fact of this host
     # Refused before the locks, as validate would refuse it: the port's line names the appliance that holds it.
     held = f"error[port-in-use] serving.port: 127.0.0.1:{engine_port} cannot be bound: in use, held by an appliance"

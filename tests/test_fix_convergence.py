@@ -32,13 +32,26 @@ ROWS = tuple((f.family, c.checkpoint, d.mesh) for f, c, d in MATRIX.rows() if d.
 STEPS = 3
 # The override sets operators set on a row (tests/test_bad_input.py draws malformed ones; these are well formed).
 SHARED = (
-    "features.prefix_caching=true", "features.async_decode=true", "features.sample_on_device=off",
-    "features.sample_on_device=all", "features.sample_on_device=decode_only", "features.chunked_prefill=true",
-    "features.speculative=ngram", "precision=performance", "precision=accuracy", "serving.max_context=262144",
-    "serving.max_concurrency=64", "serving.max_concurrency=7", "serving.data_parallel=2", "serving.data_parallel=4",
-    "tt.trace_mode=bogus", "tt.bogus_key=1", "engine.extra_args=[--max-logprobs,50]",
-    "serving.max_images_per_prompt=2", "serving.max_image_pixels=200704",
-)  # fmt: skip
+    "features.prefix_caching=true",
+    "features.async_decode=true",
+    "features.sample_on_device=off",
+    "features.sample_on_device=all",
+    "features.sample_on_device=decode_only",
+    "features.chunked_prefill=true",
+    "features.speculative=ngram",
+    "precision=performance",
+    "precision=accuracy",
+    "serving.max_context=262144",
+    "serving.max_concurrency=64",
+    "serving.max_concurrency=7",
+    "serving.data_parallel=2",
+    "serving.data_parallel=4",
+    "tt.trace_mode=bogus",
+    "tt.bogus_key=1",
+    "engine.extra_args=[--max-logprobs,50]",
+    "serving.max_images_per_prompt=2",
+    "serving.max_image_pixels=200704",
+)
 
 
 def _vision_rows() -> tuple[tuple[str, str, str], ...]:
@@ -56,10 +69,13 @@ VISION_ROWS = _vision_rows()
 # Image settings operators get wrong: too many, too large, a cap the processor cannot take, a context one image
 # cannot fit (alone and with the largest image), the latter two together.
 IMAGE_SETS = (
-    ("serving.max_images_per_prompt=12",), ("serving.max_image_pixels=99999999",), ("serving.max_image_pixels=50176",),
-    ("serving.max_context=2048",), ("serving.max_context=2048", "serving.max_image_pixels=99999999"),
+    ("serving.max_images_per_prompt=12",),
+    ("serving.max_image_pixels=99999999",),
+    ("serving.max_image_pixels=50176",),
+    ("serving.max_context=2048",),
+    ("serving.max_context=2048", "serving.max_image_pixels=99999999"),
     ("serving.max_context=1024", "serving.max_image_pixels=50176", "serving.max_concurrency=64"),
-)  # fmt: skip
+)
 _OVERRIDE = re.compile(r"(?<![\w.~])~?([a-z_]+(?:\.[a-z_]+)+)=")
 
 

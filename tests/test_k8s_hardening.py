@@ -42,8 +42,12 @@ def checkov(matrix: CompatibilityMatrix, tmp_path_factory: pytest.TempPathFactor
     for name, (overrides, image) in RENDERS.items():
         more = pinned(locks) if name == "cpu-pinned" else ()
         render_k8s(validated(matrix, *overrides, *more), image=image, name=f"tt-{name}").write(out / name)
-    done = subprocess.run([str(CHECKOV), "-d", str(out), "--framework", "kubernetes", "-o", "json", "--skip-download"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [str(CHECKOV), "-d", str(out), "--framework", "kubernetes", "-o", "json", "--skip-download"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report: dict[str, Any] = json.loads(done.stdout)
     return report
@@ -63,13 +67,19 @@ def test_every_skipped_check_is_the_workloads_own_with_its_reason(checkov: dict[
         assert check["resource"].startswith("Deployment.")
         skipped.setdefault(check["file_path"].split("/")[-2], set()).add(check["check_id"])
     # The digest when the image is a tag; hostIPC for the boards' host-wide locks (tt only).
-    assert skipped == {"t3k": {"CKV_K8S_43", "CKV_K8S_18"}, "lab-t3k": {"CKV_K8S_43", "CKV_K8S_18"},
-                       "cpu": {"CKV_K8S_43"}}  # fmt: skip
+    assert skipped == {
+        "t3k": {"CKV_K8S_43", "CKV_K8S_18"},
+        "lab-t3k": {"CKV_K8S_43", "CKV_K8S_18"},
+        "cpu": {"CKV_K8S_43"},
+    }
 
 
 def test_every_namespaced_manifest_goes_in_the_site_namespace(matrix: CompatibilityMatrix) -> None:
-    for overrides, namespace in [(("mesh=cpu",), "tt-appliance"), (("site=lab-t3k", "+model=llama"), "tt-lab"),
-                                 (("mesh=cpu", "site.namespace=inference"), "inference")]:  # fmt: skip
+    for overrides, namespace in [
+        (("mesh=cpu",), "tt-appliance"),
+        (("site=lab-t3k", "+model=llama"), "tt-lab"),
+        (("mesh=cpu", "site.namespace=inference"), "inference"),
+    ]:
         manifests = render_k8s(validated(matrix, *overrides), image="x:1")
         assert {doc["metadata"]["namespace"] for doc in manifests.documents} == {namespace}
         assert len(manifests.documents) >= 5

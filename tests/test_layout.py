@@ -59,10 +59,16 @@ def test_every_module_exports_exactly_its_public_api(name: str) -> None:
     assert defined <= exported, f"public but not in __all__: {defined - exported}"
 
 
-CONSOLE_MAY_IMPORT = {"appliance.control.client", "appliance.control.documents", "appliance.control.tls",
-                      "appliance.control.board_documents",
-                      "appliance.control.upgrade_documents", "appliance.config.schema", "appliance.config.bounds",
-                      "appliance.errors"}  # fmt: skip
+CONSOLE_MAY_IMPORT = {
+    "appliance.control.client",
+    "appliance.control.documents",
+    "appliance.control.tls",
+    "appliance.control.board_documents",
+    "appliance.control.upgrade_documents",
+    "appliance.config.schema",
+    "appliance.config.bounds",
+    "appliance.errors",
+}
 
 
 def test_the_console_contract_forbids_all_of_the_package_but_the_client_its_documents_and_the_config_types() -> None:
@@ -106,8 +112,11 @@ def run_installed(venv_dir: Path, cwd: Path, *args: str) -> subprocess.Completed
 def test_a_plain_install_reads_its_data_from_the_package_not_the_checkout(installed: Path, tmp_path: Path) -> None:
     where = subprocess.run(
         [str(installed / "bin" / "python"), "-c", "import appliance.resources as r; print(r.conf_dir())"],
-        cwd=tmp_path, capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert where.startswith(str(installed)) and where.endswith("appliance/_data/conf")
 
 

@@ -32,8 +32,23 @@ def synthetic_report(label: str, step_s: float, stall_s: float) -> LoadReport:
 
 
 def _trace(index: int, sent: float, times: list[float]) -> RequestTrace:
-    return RequestTrace(index, "completion", False, False, False, False, 900, 900, len(times), len(times), sent,
-                        sent, tuple(times), (1,) * len(times), times[-1])  # fmt: skip
+    return RequestTrace(
+        index,
+        "completion",
+        False,
+        False,
+        False,
+        False,
+        900,
+        900,
+        len(times),
+        len(times),
+        sent,
+        sent,
+        tuple(times),
+        (1,) * len(times),
+        times[-1],
+    )
 
 
 def test_a_report_survives_its_json_round_trip() -> None:

@@ -51,8 +51,11 @@ def test_image_requests_take_longer_to_their_first_token_than_text_ones() -> Non
 def test_prompts_with_images_are_exactly_as_long_as_the_server_counted_before_the_run() -> None:
     report = recorded("mixed")
     assert report.prompt_exact_share == 1.0
-    assert all(t.image_tokens_planned and t.prompt_tokens == t.prompt_tokens_planned + t.image_tokens_planned
-               for t in report.traces if t.images)  # fmt: skip
+    assert all(
+        t.image_tokens_planned and t.prompt_tokens == t.prompt_tokens_planned + t.image_tokens_planned
+        for t in report.traces
+        if t.images
+    )
 
 
 def test_a_refused_image_request_is_a_client_error_and_the_run_goes_on() -> None:
@@ -75,8 +78,9 @@ def test_phased_scheduling_stalls_decodes_during_image_prefills_on_the_same_arri
     images = {t.index for t in phased.traces if t.images}
     assert 0 < phased.stalls.image_count < phased.stalls.count
     assert all(s.image for s in phased.stalls.stalls if s.cause in images)
-    assert phased.stalls.image_total_s == pytest.approx(sum(s.end_s - s.start_s for s in phased.stalls.stalls
-                                                            if s.image))  # fmt: skip
+    assert phased.stalls.image_total_s == pytest.approx(
+        sum(s.end_s - s.start_s for s in phased.stalls.stalls if s.image)
+    )
     rows = {row.name: row for row in metric_rows([mixed, phased])}
     assert rows["decode stalls in an image prefill"].values == (mixed.stalls.image_count, phased.stalls.image_count)
     assert rows["TTFT p50 (image)"].values[0] == mixed.by_kind["image"].ttft.p50

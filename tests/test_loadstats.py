@@ -25,11 +25,23 @@ MS = 0.001
 
 def trace(index: int, sent: float, times: list[float], error: str | None = None) -> RequestTrace:
     return RequestTrace(
-        index=index, api="completion", structured=False, logprobs=False, penalties=False, shared_prefix=False,
-        prompt_tokens_planned=100, prompt_tokens=100, output_tokens_planned=len(times), output_tokens=len(times),
-        planned_s=None, sent_s=sent, token_times_s=tuple(times), token_counts=(1,) * len(times),
-        done_s=times[-1] if times else sent, error=error,
-    )  # fmt: skip
+        index=index,
+        api="completion",
+        structured=False,
+        logprobs=False,
+        penalties=False,
+        shared_prefix=False,
+        prompt_tokens_planned=100,
+        prompt_tokens=100,
+        output_tokens_planned=len(times),
+        output_tokens=len(times),
+        planned_s=None,
+        sent_s=sent,
+        token_times_s=tuple(times),
+        token_counts=(1,) * len(times),
+        done_s=times[-1] if times else sent,
+        error=error,
+    )
 
 
 def steady(index: int, start: float, count: int, step: float = 10 * MS, sent: float | None = None) -> RequestTrace:

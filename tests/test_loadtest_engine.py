@@ -27,13 +27,21 @@ from appliance.loadtest.workload import plan_requests
 from .appliance_process import Served, seed_tiny_model
 from .helpers import TINY, Cli
 
-FEATURES = ("workload.structured_output_share=0.25", "workload.logprobs_share=0.25",
-            "workload.penalties_share=0.25", "workload.shared_prefix_share=0.5")  # fmt: skip
+FEATURES = (
+    "workload.structured_output_share=0.25",
+    "workload.logprobs_share=0.25",
+    "workload.penalties_share=0.25",
+    "workload.shared_prefix_share=0.5",
+)
 # The shipped workloads are sized for smollm2 on this host; the tiny model is about 20x faster, so its
 # stall probe sends 16 long prompts at 4/s while 400-token answers stream, and the mix comes at 2/s.
-TINY_STALL_PROBE = ("workload=stall-probe", "workload.rate_per_s=4", "workload.max_requests=16",
-                    "workload.prompt_tokens={kind:uniform,mean:1200,min:900,max:1500}",
-                    "workload.output_tokens={kind:fixed,mean:400,min:400,max:400}")  # fmt: skip
+TINY_STALL_PROBE = (
+    "workload=stall-probe",
+    "workload.rate_per_s=4",
+    "workload.max_requests=16",
+    "workload.prompt_tokens={kind:uniform,mean:1200,min:900,max:1500}",
+    "workload.output_tokens={kind:fixed,mean:400,min:400,max:400}",
+)
 TINY_MIX = ("workload=mixed", "workload.rate_per_s=2", *FEATURES)
 
 
@@ -87,8 +95,18 @@ def test_compare_puts_the_two_runs_side_by_side(cli: Cli, compared: tuple[Path, 
 
 
 def test_the_full_feature_mix_runs_with_exact_prompts(cli: Cli, shared_appliance: Served, tmp_path: Path) -> None:
-    done = cli("loadtest", *TINY_MIX, "--url", shared_appliance.engine_url, "--max-requests", "24",
-               "--duration", "20", "--out", str(tmp_path))  # fmt: skip
+    done = cli(
+        "loadtest",
+        *TINY_MIX,
+        "--url",
+        shared_appliance.engine_url,
+        "--max-requests",
+        "24",
+        "--duration",
+        "20",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = load_report(tmp_path / "report.json")
     assert report.sent == 24 and report.failed == 0, report.errors
@@ -105,8 +123,9 @@ def test_the_full_feature_mix_runs_with_exact_prompts(cli: Cli, shared_appliance
 
 def test_the_plan_of_the_feature_mix_is_what_was_sent(cli: Cli, shared_appliance: Served, tmp_path: Path) -> None:
     workload = compose_config(list(TINY_MIX)).config.workload
-    done = cli("loadtest", *TINY_MIX, "--url", shared_appliance.engine_url, "--max-requests", "6",
-               "--out", str(tmp_path))  # fmt: skip
+    done = cli(
+        "loadtest", *TINY_MIX, "--url", shared_appliance.engine_url, "--max-requests", "6", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     sent = json.loads((tmp_path / "report.json").read_text())["traces"]
     planned = plan_requests(workload, 6)
@@ -117,8 +136,18 @@ def test_the_plan_of_the_feature_mix_is_what_was_sent(cli: Cli, shared_appliance
 
 def test_a_run_stops_sending_at_its_duration(cli: Cli, shared_appliance: Served, tmp_path: Path) -> None:
     started = time.monotonic()
-    done = cli("loadtest", "workload=chat", "--url", shared_appliance.engine_url, "--duration", "3",
-               "--max-requests", "1000", "--out", str(tmp_path))  # fmt: skip
+    done = cli(
+        "loadtest",
+        "workload=chat",
+        "--url",
+        shared_appliance.engine_url,
+        "--duration",
+        "3",
+        "--max-requests",
+        "1000",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = load_report(tmp_path / "report.json")
     assert 8 <= report.sent < 1000 and all(t.sent_s < 3.0 for t in report.traces)
@@ -145,8 +174,18 @@ def test_the_vision_workload_runs_against_a_real_vision_model(
     cli: Cli, vision_appliance: Served, tmp_path: Path
 ) -> None:
     """conf/workload/vision.yaml, cut to 12 requests, against model=tiny_vl served by `appliance serve`."""
-    done = cli("loadtest", "workload=vision", "--url", vision_appliance.engine_url, "--max-requests", "12",
-               "--duration", "10", "--out", str(tmp_path))  # fmt: skip
+    done = cli(
+        "loadtest",
+        "workload=vision",
+        "--url",
+        vision_appliance.engine_url,
+        "--max-requests",
+        "12",
+        "--duration",
+        "10",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = load_report(tmp_path / "report.json")
     assert report.sent == 12 and report.failed == 0, report.errors

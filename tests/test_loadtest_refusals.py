@@ -19,9 +19,14 @@ from .recorded_vision_server import recorded_vision_server
 
 # Up to three images against a limit of two, in a closed loop of two streams (no Poisson waits); chat only,
 # as only a chat stream is recorded.
-OVERRIDES = ("workload=vision", "workload.arrival=concurrency", "workload.concurrency=2", "workload.chat_share=1",
-             "workload.images.share=0.6",
-             "workload.images.per_request=[{count:1,weight:2},{count:3,weight:1}]")  # fmt: skip
+OVERRIDES = (
+    "workload=vision",
+    "workload.arrival=concurrency",
+    "workload.concurrency=2",
+    "workload.chat_share=1",
+    "workload.images.share=0.6",
+    "workload.images.per_request=[{count:1,weight:2},{count:3,weight:1}]",
+)
 WORKLOAD = compose_config(list(OVERRIDES)).config.workload
 COUNT = 30
 NOT_AN_IMAGE = "data:image/png;base64," + base64.b64encode(b"not an image").decode()
@@ -39,8 +44,14 @@ def requests(broken: dict[int, str]) -> tuple[tuple[object, BuiltPrompt], ...]:
 async def run(url: str, broken: dict[int, str]):  # type: ignore[no-untyped-def]
     seen: list[LoadProgress] = []
     async with aiohttp.ClientSession(url) as http:
-        traces, duration = await drive(http, "v", WORKLOAD, requests(broken), RunWindow(30.0, COUNT, 10.0),  # type: ignore[arg-type]
-                                       seen.append)  # fmt: skip
+        traces, duration = await drive(
+            http,
+            "v",
+            WORKLOAD,
+            requests(broken),
+            RunWindow(30.0, COUNT, 10.0),  # type: ignore[arg-type]
+            seen.append,
+        )
     return summarize(RunFacts("refusals", url, "v", 0.0, duration, 0.0), WORKLOAD, traces), seen
 
 

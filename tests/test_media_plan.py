@@ -38,8 +38,11 @@ def test_a_vision_plan_fetches_nothing_remote_by_default(tmp_path: Path) -> None
 
 def test_the_engine_fetches_only_through_its_gate_whatever_the_operators_proxy_settings(tmp_path: Path) -> None:
     plan = cpu_plan(tmp_path, model="tiny_vl")
-    operator = {"NO_PROXY": "127.0.0.1,localhost", "HTTP_PROXY": "http://corp:3128",
-                f"APPLIANCE_MEDIA_GATE_{plan.port}": "http://127.0.0.1:41000"}  # fmt: skip
+    operator = {
+        "NO_PROXY": "127.0.0.1,localhost",
+        "HTTP_PROXY": "http://corp:3128",
+        f"APPLIANCE_MEDIA_GATE_{plan.port}": "http://127.0.0.1:41000",
+    }
     env = engine_environment(plan, operator)
     assert {env[k] for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")} == {"http://127.0.0.1:41000"}
     assert env["NO_PROXY"] == env["no_proxy"] == ""
@@ -49,8 +52,13 @@ def test_the_engine_fetches_only_through_its_gate_whatever_the_operators_proxy_s
 
 def test_listed_hosts_redirects_and_a_local_folder_reach_the_engine(tmp_path: Path) -> None:
     folder = tmp_path / "images"
-    plan = cpu_plan(tmp_path, "serving.allowed_media_domains=[images.example.org,10.1.2.3]",
-                    "serving.media_redirects=true", f"serving.local_media_dir={folder}", model="tiny_vl")  # fmt: skip
+    plan = cpu_plan(
+        tmp_path,
+        "serving.allowed_media_domains=[images.example.org,10.1.2.3]",
+        "serving.media_redirects=true",
+        f"serving.local_media_dir={folder}",
+        model="tiny_vl",
+    )
     argv = list(plan.argv)
     at = argv.index("--allowed-media-domains")
     assert argv[at + 1 : at + 3] == ["images.example.org", "10.1.2.3"]
@@ -89,8 +97,17 @@ def test_what_would_loosen_the_policy_is_refused_naming_the_key_that_owns_it(ove
     assert problem.key == key and "serving." in problem.message
 
 
-@pytest.mark.parametrize("entry", ["http://images.example.org", "images.example.org:8080", "*.example.org",
-                                   "Images.Example.org", "images.example.org/cat.png", ""])  # fmt: skip
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "http://images.example.org",
+        "images.example.org:8080",
+        "*.example.org",
+        "Images.Example.org",
+        "images.example.org/cat.png",
+        "",
+    ],
+)
 def test_an_allow_list_entry_that_is_not_a_host_name_is_one_line_and_exit_2(cli: Cli, entry: str) -> None:
     ran = cli("validate", "model=tiny_vl", f"serving.allowed_media_domains=[{entry!r}]")
     lines = ran.stderr.strip().splitlines()
@@ -100,13 +117,19 @@ def test_an_allow_list_entry_that_is_not_a_host_name_is_one_line_and_exit_2(cli:
 def test_plan_shows_the_policy(cli: Cli) -> None:
     ran = cli("plan", "model=tiny_vl", "serving.allowed_media_domains=[images.example.org]")
     assert ran.returncode == 0
-    assert ("# media: inline data: URLs; remote URLs from images.example.org only, through the appliance's media gate, "
-            "no redirects; no local files; at most 2 MB per image") in ran.stdout  # fmt: skip
+    assert (
+        "# media: inline data: URLs; remote URLs from images.example.org only, through the appliance's media gate, "
+        "no redirects; no local files; at most 2 MB per image"
+    ) in ran.stdout
 
 
-SHIPPED = [("mesh=cpu", "engine=cpu", "model=tiny_vl"), ("mesh=cpu", "engine=cpu", "model=smollm2"),
-           ("mesh=cpu", "engine=cpu", "model=tiny", "engine.scheduler=phased"), ("+model=llama", "mesh=t3k"),
-           TT_VISION]  # fmt: skip
+SHIPPED = [
+    ("mesh=cpu", "engine=cpu", "model=tiny_vl"),
+    ("mesh=cpu", "engine=cpu", "model=smollm2"),
+    ("mesh=cpu", "engine=cpu", "model=tiny", "engine.scheduler=phased"),
+    ("+model=llama", "mesh=t3k"),
+    TT_VISION,
+]
 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=lambda c: " ".join(c))

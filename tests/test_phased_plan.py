@@ -43,8 +43,15 @@ def test_phased_scheduling_on_the_cpu_engine_disables_chunked_prefill(matrix: Co
 def test_async_decode_selects_the_async_phased_scheduler_and_keeps_an_operators_pythonpath(
     matrix: CompatibilityMatrix,
 ) -> None:
-    plan = plan_for(matrix, "mesh=cpu", "engine=cpu", "engine.scheduler=phased", "features.async_decode=true",
-                    "features.strict=false", "engine.env.PYTHONPATH=/opt/site")  # fmt: skip
+    plan = plan_for(
+        matrix,
+        "mesh=cpu",
+        "engine=cpu",
+        "engine.scheduler=phased",
+        "features.async_decode=true",
+        "features.strict=false",
+        "engine.env.PYTHONPATH=/opt/site",
+    )
     assert after(plan.argv, "--scheduler-cls") == f"{PHASED_MODULE}.AsyncPhasedScheduler"
     assert plan.env["PYTHONPATH"] == f"{ENGINE_PLUGINS}:/opt/site"
 

@@ -27,8 +27,9 @@ def steps(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     """Every step of each scheduler in SCHEDULERS on the same arrivals, keyed by scheduler."""
     plan = cpu_plan(tmp_path_factory.mktemp("phased"))
     ensure_model(plan)
-    done = subprocess.run([str(cpu_engine), "-I", str(STEPS), plan.model_path, *SCHEDULERS], capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [str(cpu_engine), "-I", str(STEPS), plan.model_path, *SCHEDULERS], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

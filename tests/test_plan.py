@@ -18,11 +18,30 @@ def plan_for(matrix: CompatibilityMatrix, *overrides: str) -> LaunchPlan:
 def test_the_embedded_default_plan_runs_the_cpu_engine_on_the_generated_model(matrix: CompatibilityMatrix) -> None:
     plan = plan_for(matrix, "mesh=cpu", "engine=cpu")
     assert plan.argv[1:] == (
-        "-m", ENGINE_MODULE, "--model", plan.model_path, "--served-model-name", "appliance/smollm2-135m-instruct",
-        "--host", "127.0.0.1", "--port", "8000", "--max-model-len", "2048", "--max-num-seqs", "8",
-        "--no-enable-prefix-caching", "--no-async-scheduling", "--shutdown-timeout", "60",
-        "--gpu-memory-utilization", "0.2", "--enforce-eager", "--dtype", "float32",
-    )  # fmt: skip
+        "-m",
+        ENGINE_MODULE,
+        "--model",
+        plan.model_path,
+        "--served-model-name",
+        "appliance/smollm2-135m-instruct",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "8",
+        "--no-enable-prefix-caching",
+        "--no-async-scheduling",
+        "--shutdown-timeout",
+        "60",
+        "--gpu-memory-utilization",
+        "0.2",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+    )
     assert plan.generate == "smollm2-135m-instruct" and plan.model_path.endswith("models/smollm2-135m-instruct")
     assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "MESH_DEVICE" not in plan.env
@@ -33,8 +52,9 @@ def test_a_relative_local_checkpoint_and_state_dir_become_absolute(
 ) -> None:
     """The engine runs in the state directory, so paths relative to the operator's must not reach it."""
     monkeypatch.chdir(tmp_path)
-    plan = plan_for(matrix, "+model=llama", "mesh=n300", "model.checkpoint=./weights/Llama-3.1-8B-Instruct",
-                    "paths.state_dir=state")  # fmt: skip
+    plan = plan_for(
+        matrix, "+model=llama", "mesh=n300", "model.checkpoint=./weights/Llama-3.1-8B-Instruct", "paths.state_dir=state"
+    )
     assert plan.model_path == str(tmp_path / "weights" / "Llama-3.1-8B-Instruct")
     assert plan.argv[plan.argv.index("--model") + 1] == plan.model_path
     assert plan.state_dir == str(tmp_path / "state")
@@ -44,10 +64,17 @@ def test_a_relative_local_checkpoint_and_state_dir_become_absolute(
 
 def test_a_t3k_plan_carries_features_precision_and_the_rows_tt_config(matrix: CompatibilityMatrix) -> None:
     plan = plan_for(
-        matrix, "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-        "serving.max_context=65536", "features.prefix_caching=true", "features.async_decode=true",
-        "features.sample_on_device=decode_only", "precision=accuracy", "engine.extra_args=[--max-logprobs,5]",
-    )  # fmt: skip
+        matrix,
+        "+model=llama",
+        "mesh=t3k",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        "serving.max_context=65536",
+        "features.prefix_caching=true",
+        "features.async_decode=true",
+        "features.sample_on_device=decode_only",
+        "precision=accuracy",
+        "engine.extra_args=[--max-logprobs,5]",
+    )
     argv = list(plan.argv)
     assert argv[argv.index("--max-model-len") + 1] == "65536"
     assert argv[argv.index("--max-num-seqs") + 1] == "32"
@@ -63,8 +90,13 @@ def test_a_t3k_plan_carries_features_precision_and_the_rows_tt_config(matrix: Co
 
 def test_galaxy_lane_data_parallelism_divides_the_sequences_per_lane(matrix: CompatibilityMatrix) -> None:
     # The Galaxy class's sampling capability is unverified, so the row's on-device sampling is refused offline.
-    plan = plan_for(matrix, "+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-                    "features.sample_on_device=off")  # fmt: skip
+    plan = plan_for(
+        matrix,
+        "+model=llama",
+        "mesh=galaxy",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        "features.sample_on_device=off",
+    )
     argv = list(plan.argv)
     assert argv[argv.index("--data-parallel-size") + 1] == "4"
     assert argv[argv.index("--max-num-seqs") + 1] == "8"
@@ -75,9 +107,12 @@ def test_galaxy_lane_data_parallelism_divides_the_sequences_per_lane(matrix: Com
 
 def test_sample_on_device_off_removes_the_rows_mode(matrix: CompatibilityMatrix) -> None:
     plan = plan_for(
-        matrix, "+model=llama", "mesh=galaxy", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+        matrix,
+        "+model=llama",
+        "mesh=galaxy",
+        "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
         "features.sample_on_device=off",
-    )  # fmt: skip
+    )
     argv = list(plan.argv)
     assert "sample_on_device_mode" not in argv[argv.index("--additional-config") + 1]
 

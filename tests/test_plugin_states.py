@@ -218,12 +218,17 @@ def test_adding_a_state_is_adding_a_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "key"),
     [
-        (("kind: bool\n    default: true\n    checked: worker",
-          "kind: boolean\n    default: true\n    checked: worker"), "tt_keys.enable_model_warmup.kind"),
+        (
+            (
+                "kind: bool\n    default: true\n    checked: worker",
+                "kind: boolean\n    default: true\n    checked: worker",
+            ),
+            "tt_keys.enable_model_warmup.kind",
+        ),
         (("max_logprobs: 20", "max_logprobs: twenty"), "max_logprobs"),
         (("kv_block_tokens: 32\n", ""), "kv_block_tokens"),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_state_file_is_one_line_naming_the_file_and_the_key(
     tmp_path: Path, edit: tuple[str, str], key: str
 ) -> None:

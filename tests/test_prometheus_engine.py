@@ -30,18 +30,38 @@ def prometheus(cli: Cli, restartable_appliance: Served, tmp_path: Path) -> Itera
     site_file = tmp_path / "lab.yaml"
     site_file.write_text(f"- {{name: cpu-01, url: '{restartable_appliance.control_url}', token_env: LAB_TOKEN}}\n")
     out = tmp_path / "prometheus"
-    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out",
-              str(out), "--scrape-interval", "1s", "--evaluation-interval", "1s", "--not-ready-for", "10m")  # fmt: skip
+    ran = cli(
+        "render",
+        "prometheus",
+        "--site-file",
+        str(site_file),
+        "--credentials-dir",
+        str(creds),
+        "--out",
+        str(out),
+        "--scrape-interval",
+        "1s",
+        "--evaluation-interval",
+        "1s",
+        "--not-ready-for",
+        "10m",
+    )
     assert ran.returncode == 0, ran.stderr
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: `make prometheus` installs Debian's prometheus package"
     port = free_port()
     log = (tmp_path / "prometheus.log").open("wb")
     proc = subprocess.Popen(
-        [binary, f"--config.file={out / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
-         f"--storage.tsdb.path={tmp_path / 'data'}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            binary,
+            f"--config.file={out / 'prometheus.yml'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

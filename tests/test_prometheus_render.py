@@ -21,8 +21,10 @@ def site(tmp_path: Path) -> tuple[Path, Path]:
     (creds / "LAB_TOKEN").write_text("lab-secret-value")
     (creds / "LAB_TOKEN").chmod(0o600)
     site_file = tmp_path / "lab.yaml"
-    site_file.write_text("- {name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}\n"
-                         "- {name: lab-02, url: 'http://10.0.4.22:8100', token_env: LAB_TOKEN}\n")  # fmt: skip
+    site_file.write_text(
+        "- {name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}\n"
+        "- {name: lab-02, url: 'http://10.0.4.22:8100', token_env: LAB_TOKEN}\n"
+    )
     return site_file, creds
 
 
@@ -51,18 +53,25 @@ def test_slots_are_scraped_under_their_routes_and_other_credentials_in_a_scrape_
     site_file, creds = site
     (creds / "SLOT_TOKEN").write_text("slot-secret-value")
     (creds / "SLOT_TOKEN").chmod(0o400)
-    site_file.write_text("- {name: host-a, url: 'http://10.0.4.23:8100/slots/a', token_env: SLOT_TOKEN}\n"
-                         "- {name: host-b, url: 'http://10.0.4.23:8100/slots/b/', token_env: SLOT_TOKEN}\n"
-                         "- {name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}\n")  # fmt: skip
+    site_file.write_text(
+        "- {name: host-a, url: 'http://10.0.4.23:8100/slots/a', token_env: SLOT_TOKEN}\n"
+        "- {name: host-b, url: 'http://10.0.4.23:8100/slots/b/', token_env: SLOT_TOKEN}\n"
+        "- {name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}\n"
+    )
     out = tmp_path / "prometheus"
     ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out", str(out))
     assert ran.returncode == 0, ran.stderr
     assert promtool("check", "config", "prometheus.yml", cwd=out).returncode == 0
     scrapes = yaml.safe_load((out / "prometheus.yml").read_text())["scrape_configs"]
     paths = {(s["metrics_path"], s["authorization"]["credentials_file"].rsplit("/", 1)[1]) for s in scrapes}
-    assert paths == {("/slots/a/metrics", "SLOT_TOKEN"), ("/slots/a/engine/metrics", "SLOT_TOKEN"),
-                     ("/slots/b/metrics", "SLOT_TOKEN"), ("/slots/b/engine/metrics", "SLOT_TOKEN"),
-                     ("/metrics", "LAB_TOKEN"), ("/engine/metrics", "LAB_TOKEN")}  # fmt: skip
+    assert paths == {
+        ("/slots/a/metrics", "SLOT_TOKEN"),
+        ("/slots/a/engine/metrics", "SLOT_TOKEN"),
+        ("/slots/b/metrics", "SLOT_TOKEN"),
+        ("/slots/b/engine/metrics", "SLOT_TOKEN"),
+        ("/metrics", "LAB_TOKEN"),
+        ("/engine/metrics", "LAB_TOKEN"),
+    }
     # Several scrape configs, one job per site: the rules and the dashboard select job="lab" or "lab-engine".
     assert {r["replacement"] for s in scrapes for r in s["relabel_configs"]} == {"lab", "lab-engine"}
 
@@ -95,21 +104,46 @@ SERIES_IN = {
 """One sample a minute: appliance a meets each alert's condition, b (mostly) does not."""
 ALERTS = (
     # alert, silent at, firing at, [(labels beyond job and severity, summary)]
-    ("ApplianceNotReady", "4m", "10m", [({"appliance": "a"}, "a has not been ready for 5m"),
-                                        ({"appliance": "b"}, "b has not been ready for 5m")]),
+    (
+        "ApplianceNotReady",
+        "4m",
+        "10m",
+        [({"appliance": "a"}, "a has not been ready for 5m"), ({"appliance": "b"}, "b has not been ready for 5m")],
+    ),
     ("ApplianceRestartLoop", "3m", "6m", [({"appliance": "a"}, "a restarted 4 times or more in 15m")]),
     ("ApplianceBootPastEta", "4m", "9m", [({"appliance": "a"}, "a boot is over 2x its record")]),
     ("ApplianceDecodeStalls", "3m", "11m", [({"appliance": "a"}, "a: decode stalls take 50% of inter-token time")]),
     ("ApplianceKvNearFull", "3m", "6m", [({"appliance": "a"}, "a: KV cache nearly full with requests waiting")]),
-    ("ApplianceGoodputUnderSlo", "3m", "6m", [({"appliance": "a", "slo": "ttft"},
-                                               "a: only 50% of requests meet the ttft SLO")]),
-    ("ApplianceEffectiveDiffers", "6m", "8m", [({"appliance": "a", "capability": "prefix_caching"},
-                                                "a runs prefix_caching otherwise than planned")]),
-    ("ApplianceQuarantined", "1m", "2m", [({"appliance": "a"}, "a is quarantined: a device fault came back after "
-                                           "its reset")]),
-    ("ApplianceWeightsUnverified", "1m", "2m", [({"appliance": "a", "checkpoint": "org/m", "revision": "r1"},
-                                                 "a: org/m@r1 no longer matches its weights lock")]),
-)  # fmt: skip
+    (
+        "ApplianceGoodputUnderSlo",
+        "3m",
+        "6m",
+        [({"appliance": "a", "slo": "ttft"}, "a: only 50% of requests meet the ttft SLO")],
+    ),
+    (
+        "ApplianceEffectiveDiffers",
+        "6m",
+        "8m",
+        [({"appliance": "a", "capability": "prefix_caching"}, "a runs prefix_caching otherwise than planned")],
+    ),
+    (
+        "ApplianceQuarantined",
+        "1m",
+        "2m",
+        [({"appliance": "a"}, "a is quarantined: a device fault came back after its reset")],
+    ),
+    (
+        "ApplianceWeightsUnverified",
+        "1m",
+        "2m",
+        [
+            (
+                {"appliance": "a", "checkpoint": "org/m", "revision": "r1"},
+                "a: org/m@r1 no longer matches its weights lock",
+            )
+        ],
+    ),
+)
 
 
 def rule_tests(rules: dict[str, object]) -> dict[str, object]:
@@ -121,22 +155,43 @@ def rule_tests(rules: dict[str, object]) -> dict[str, object]:
         annotations = rendered[name]["annotations"]
         runbook, runbook_url = annotations["runbook"], annotations["runbook_url"]
         cases.append({"eval_time": silent, "alertname": name, "exp_alerts": []})
-        cases.append({"eval_time": firing, "alertname": name, "exp_alerts": [
-            {"exp_labels": {"job": "lab", "severity": severity, **labels},
-             "exp_annotations": {"summary": summary, "runbook": runbook, "runbook_url": runbook_url}}
-            for labels, summary in expected
-        ]})  # fmt: skip
+        cases.append(
+            {
+                "eval_time": firing,
+                "alertname": name,
+                "exp_alerts": [
+                    {
+                        "exp_labels": {"job": "lab", "severity": severity, **labels},
+                        "exp_annotations": {"summary": summary, "runbook": runbook, "runbook_url": runbook_url},
+                    }
+                    for labels, summary in expected
+                ],
+            }
+        )
     series = [{"series": name, "values": values} for name, values in SERIES_IN.items()]
-    return {"rule_files": ["tt-appliance-rules.yml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]}  # fmt: skip
+    return {
+        "rule_files": ["tt-appliance-rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases}],
+    }
 
 
 def test_each_alert_fires_on_its_condition_and_stays_silent_otherwise(
     cli: Cli, site: tuple[Path, Path], tmp_path: Path
 ) -> None:
     site_file, creds = site
-    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out",
-              str(tmp_path), "--restarts", "4")  # fmt: skip
+    ran = cli(
+        "render",
+        "prometheus",
+        "--site-file",
+        str(site_file),
+        "--credentials-dir",
+        str(creds),
+        "--out",
+        str(tmp_path),
+        "--restarts",
+        "4",
+    )
     assert ran.returncode == 0, ran.stderr
     rules = yaml.safe_load((tmp_path / "tt-appliance-rules.yml").read_text())
     assert {r["alert"] for r in rules["groups"][0]["rules"]} == {a[0] for a in ALERTS}
@@ -157,23 +212,34 @@ def test_the_dashboard_is_grafanas_own_model_with_a_panel_per_question(cli: Cli,
     titles = [p["title"] for p in model["panels"]]
     assert titles[0] == "State per appliance" and titles[titles.index("Boards") - 1] == "Generation per appliance"
     exprs = " ".join(t["expr"] for p in model["panels"] for t in p.get("targets", ()))  # a row has none
-    for series in ("appliance_kv_cache_usage_ratio", "vllm:time_to_first_token_seconds_bucket", "appliance_goodput",
-                   "vllm:inter_token_latency_seconds_bucket", "appliance_decode_stall_seconds_total",
-                   "appliance_engine_restarts_total",
-                   'appliance_generation_info{job="lab",role=~"current|upgrading"}'):  # fmt: skip
+    for series in (
+        "appliance_kv_cache_usage_ratio",
+        "vllm:time_to_first_token_seconds_bucket",
+        "appliance_goodput",
+        "vllm:inter_token_latency_seconds_bucket",
+        "appliance_decode_stall_seconds_total",
+        "appliance_engine_restarts_total",
+        'appliance_generation_info{job="lab",role=~"current|upgrading"}',
+    ):
         assert series in exprs
 
 
 @pytest.mark.parametrize(
     ("entry", "mode", "expected"),
     [
-        ("{name: lab-01, url: 'http://10.0.4.21', token_env: LAB_TOKEN}", 0o600,
-         "lab.yaml:lab-01.url: http://10.0.4.21 has no control port"),
+        (
+            "{name: lab-01, url: 'http://10.0.4.21', token_env: LAB_TOKEN}",
+            0o600,
+            "lab.yaml:lab-01.url: http://10.0.4.21 has no control port",
+        ),
         ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: OTHER_TOKEN}", 0o600, "OTHER_TOKEN: cannot read it"),
-        ("{name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}", 0o644, "LAB_TOKEN: mode 0644 opens "
-         "the token to group or others"),
+        (
+            "{name: lab-01, url: 'http://10.0.4.21:8100', token_env: LAB_TOKEN}",
+            0o644,
+            "LAB_TOKEN: mode 0644 opens the token to group or others",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_site_file_or_credentials_file_it_cannot_use_is_refused_in_one_line(
     cli: Cli, site: tuple[Path, Path], tmp_path: Path, entry: str, mode: int, expected: str
 ) -> None:
@@ -197,15 +263,25 @@ def test_a_render_without_its_site_file_or_credentials_names_the_flag(
 
 
 @pytest.mark.parametrize(
-    ("flag", "given", "shown"), [("--not-ready-for", "5 minutes", "'5 minutes'"), ("--stall-share", "0", "0.0"),
-                                 ("--load-for", "", "''")],
-)  # fmt: skip
+    ("flag", "given", "shown"),
+    [("--not-ready-for", "5 minutes", "'5 minutes'"), ("--stall-share", "0", "0.0"), ("--load-for", "", "''")],
+)
 def test_an_interval_or_threshold_prometheus_cannot_take_is_refused_naming_its_flag(
     cli: Cli, site: tuple[Path, Path], tmp_path: Path, flag: str, given: str, shown: str
 ) -> None:
     site_file, creds = site
-    ran = cli("render", "prometheus", "--site-file", str(site_file), "--credentials-dir", str(creds), "--out",
-              str(tmp_path / "out"), flag, given)  # fmt: skip
+    ran = cli(
+        "render",
+        "prometheus",
+        "--site-file",
+        str(site_file),
+        "--credentials-dir",
+        str(creds),
+        "--out",
+        str(tmp_path / "out"),
+        flag,
+        given,
+    )
     assert ran.returncode == 2 and ran.stderr.startswith(f"error[alert-option] {flag}: {shown} is not")
     assert not (tmp_path / "out").exists()
 

@@ -54,8 +54,10 @@ def test_the_vision_set_asks_about_an_image_of_a_different_size_each_time() -> N
 
 def test_an_image_colour_out_of_range_is_refused_naming_the_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("name: bad\ndescription: x\nmax_tokens: 8\nitems:\n  - {question: 'Colour?', answers: [red], "
-                    "image: {width: 8, height: 8, colour: [300, 0, 0]}}\n")  # fmt: skip
+    path.write_text(
+        "name: bad\ndescription: x\nmax_tokens: 8\nitems:\n  - {question: 'Colour?', answers: [red], "
+        "image: {width: 8, height: 8, colour: [300, 0, 0]}}\n"
+    )
     with pytest.raises(ConfigError, match=r"eval-set-invalid") as caught:
         load_eval_set(path)
     assert f"{path}:items.0.image.colour.0" in [p.key for p in caught.value.problems]
@@ -73,13 +75,19 @@ def test_a_malformed_set_is_refused_naming_the_file_and_key(tmp_path: Path) -> N
 def test_eval_against_nothing_is_one_line_and_exit_4() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "appliance.cli", "eval", "--url", f"http://127.0.0.1:{free_port()}"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 4
     assert done.stderr.startswith("error: cannot reach http://127.0.0.1:") and done.stderr.count("\n") == 1
 
 
 def test_an_accuracy_floor_outside_0_to_1_is_a_config_error() -> None:
-    done = subprocess.run([sys.executable, "-m", "appliance.cli", "eval", "--min-accuracy", "72"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "eval", "--min-accuracy", "72"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error[bad-option] --min-accuracy: 72.0 is not a share")

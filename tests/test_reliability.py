@@ -83,8 +83,13 @@ def test_five_kill_9s_of_the_engine_under_load_give_five_restarts_and_no_orphans
 
 def test_malformed_control_requests_get_4xx_and_the_appliance_keeps_serving(shared_appliance: Served) -> None:
     served = shared_appliance
-    for method, path in (("GET", "/logs?tail=-x"), ("PUT", "/state"), ("DELETE", "/drain"), ("GET", "/../etc"),
-                         ("GET", "/logs?tail=" + "9" * 400)):  # fmt: skip
+    for method, path in (
+        ("GET", "/logs?tail=-x"),
+        ("PUT", "/state"),
+        ("DELETE", "/drain"),
+        ("GET", "/../etc"),
+        ("GET", "/logs?tail=" + "9" * 400),
+    ):
         reply = served.control(method, path)
         assert 400 <= reply.status_code < 500, (method, path, reply.status_code)
     assert served.state().state == "ready"
@@ -144,13 +149,19 @@ async def test_boot_failures_end_in_failed_with_the_cause_and_no_restart(tmp_pat
     ensure_model(bad_model)
     kv = with_engine_args(too_much_kv, "--kv-cache-memory-bytes", str(1 << 50))
     cases = (
-        (with_engine_args(bad_model, model=str(tmp_path / "no-such-model")), "bad-model",
-         ("during boot", "no-such-model")),
-        (replace(kv, env={k: v for k, v in kv.env.items() if k != "VLLM_CPU_KVCACHE_SPACE"}), "too-much-kv",
-         ("during boot", "requested memory for kv")),
+        (
+            with_engine_args(bad_model, model=str(tmp_path / "no-such-model")),
+            "bad-model",
+            ("during boot", "no-such-model"),
+        ),
+        (
+            replace(kv, env={k: v for k, v in kv.env.items() if k != "VLLM_CPU_KVCACHE_SPACE"}),
+            "too-much-kv",
+            ("during boot", "requested memory for kv"),
+        ),
         # a known fault (build/engine-faults.yaml): named by its rule, with the next step
         (port_taken, "port-taken", ("[port-taken]", "port is taken", "serving.port")),
-    )  # fmt: skip
+    )
     with socket_taken(port_taken.port):
         await asyncio.gather(*(expect_boot_failure(plan, tmp_path / name, *needles) for plan, name, needles in cases))
 
@@ -174,8 +185,12 @@ def test_a_truncated_model_cache_is_detected_and_rebuilt(tmp_path: Path) -> None
     weights.write_bytes(intact[: len(intact) // 2])
     ensure_model(plan)
     assert weights.read_bytes() == intact
-    check = subprocess.run([plan.python, "-X", "importtime", str(RECIPES["tiny-llama"]), "--out", plan.model_path],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    check = subprocess.run(
+        [plan.python, "-X", "importtime", str(RECIPES["tiny-llama"]), "--out", plan.model_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert check.stdout.split()[1:] == [Path(plan.model_path).joinpath(".complete").read_text().strip(), "intact"]
     imported = {line.rsplit("|", 1)[-1].strip() for line in check.stderr.splitlines()}
     assert "tiny_weights" not in imported and "torch" not in imported  # the every-start check stays cheap

@@ -45,8 +45,11 @@ TOKEN = "roll-fetch-token"
 
 def pinned(revision: str = REVISION) -> list[str]:
     """The change that moves SmolLM2 to the hub checkpoint at `revision`, served under the embedded model's name."""
-    return [f"model.checkpoint={CHECKPOINT}", f"model.revision={revision}",
-            "model.served_name=appliance/smollm2-135m-instruct"]  # fmt: skip
+    return [
+        f"model.checkpoint={CHECKPOINT}",
+        f"model.revision={revision}",
+        "model.served_name=appliance/smollm2-135m-instruct",
+    ]
 
 
 @dataclass(frozen=True)
@@ -131,11 +134,14 @@ def test_a_fetch_the_mirror_cannot_serve_stops_in_one_line_exit_3_and_changes_no
 
 
 def test_a_generation_that_pins_nothing_has_nothing_to_fetch(appliance: Served, cli: Cli) -> None:
-    done = cli("upgrade", "--fetch", "--url", appliance.url, "serving.max_concurrency=4",
-               env={"APPLIANCE_TOKEN": TOKEN})  # fmt: skip
+    done = cli(
+        "upgrade", "--fetch", "--url", appliance.url, "serving.max_concurrency=4", env={"APPLIANCE_TOKEN": TOKEN}
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"{appliance.url}: nothing to fetch: the new generation pins no hub "
-                                        "checkpoint (appliance/smollm2-135m-instruct)"]  # fmt: skip
+    assert done.stdout.splitlines() == [
+        f"{appliance.url}: nothing to fetch: the new generation pins no hub "
+        "checkpoint (appliance/smollm2-135m-instruct)"
+    ]
     assert appliance.nginx.requests() == []
     _unchanged(appliance)
 
@@ -161,8 +167,10 @@ def test_the_rendered_roll_fetches_on_every_host_at_once_and_a_failed_fetch_stop
     cli: Cli, tmp_path: Path
 ) -> None:
     site = tmp_path / "lab.yaml"
-    site.write_text("- {name: a, url: 'http://127.0.0.1:8100', token_env: A_TOKEN}\n"
-                    "- {name: b, url: 'http://127.0.0.1:8101', token_env: B_TOKEN}\n")  # fmt: skip
+    site.write_text(
+        "- {name: a, url: 'http://127.0.0.1:8100', token_env: A_TOKEN}\n"
+        "- {name: b, url: 'http://127.0.0.1:8101', token_env: B_TOKEN}\n"
+    )
     done = cli("render", "ansible", *pinned(), "--site-file", str(site), "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     fetch, judge, upgrade = yaml.safe_load((tmp_path / "upgrade.yml").read_text())
@@ -173,13 +181,25 @@ def test_the_rendered_roll_fetches_on_every_host_at_once_and_a_failed_fetch_stop
     # The real ansible-playbook runs the rendered roll, each host's `appliance` a stub; b's fetch fails.
     (tmp_path / "stub.py").write_text(STUB)
     command = json.dumps({"appliance_command": [sys.executable, str(tmp_path / "stub.py"), str(tmp_path / "ran")]})
-    env = os.environ | {"A_TOKEN": "token-value-a", "B_TOKEN": "token-value-b", "ANSIBLE_NOCOLOR": "1",
-                        "ANSIBLE_HOME": str(tmp_path / "ansible-home")}  # fmt: skip
-    ran = subprocess.run([str(ANSIBLE), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "upgrade.yml"), "-e",
-                          command], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    env = os.environ | {
+        "A_TOKEN": "token-value-a",
+        "B_TOKEN": "token-value-b",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+    }
+    ran = subprocess.run(
+        [str(ANSIBLE), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "upgrade.yml"), "-e", command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert ran.returncode != 0 and "PLAY [judge" not in ran.stdout, ran.stdout  # stopped in the first play
-    said = {line[8]: line.split('"msg": ', 1)[1] for line in ran.stdout.splitlines() if line.startswith("fatal: [")
-            and '"msg": ' in line}  # fmt: skip
+    said = {
+        line[8]: line.split('"msg": ', 1)[1]
+        for line in ran.stdout.splitlines()
+        if line.startswith("fatal: [") and '"msg": ' in line
+    }
     assert said == {  # b's own last error line (not its progress); a's step passed and says so
         "b": '"error: the listing of HuggingFaceTB/SmolLM2-135M-Instruct@...: HTTP 404 from the mirror"}',
         "a": '"stopped with the others (another host failed); here: http://127.0.0.1:8100: nothing to fetch"}',

@@ -82,13 +82,16 @@ def test_each_gate_passes_at_its_threshold_and_fails_just_past_it() -> None:
     assert failed.render() == "gate eval FAILED: accuracy 0.00, at least 0.70 (baseline 0.80 - 0.10)"
 
 
-@pytest.mark.parametrize(("old", "new", "expected"), [
-    ("smollm2", "tiny", EvalMode(DEFAULT_EVAL_SET, graded=True)),  # a real model replaced by noise is graded
-    ("tiny", "tiny", EvalMode(DEFAULT_EVAL_SET, graded=False)),
-    ("tiny_vl", "tiny_vl", EvalMode(VISION_EVAL_SET, graded=False)),
-    ("smollm2", "tiny_vl", EvalMode(DEFAULT_EVAL_SET, graded=True)),  # one set for both: the text one
-    (None, "tiny_vl", EvalMode(VISION_EVAL_SET, graded=False)),  # a first boot against a recorded baseline
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("smollm2", "tiny", EvalMode(DEFAULT_EVAL_SET, graded=True)),  # a real model replaced by noise is graded
+        ("tiny", "tiny", EvalMode(DEFAULT_EVAL_SET, graded=False)),
+        ("tiny_vl", "tiny_vl", EvalMode(VISION_EVAL_SET, graded=False)),
+        ("smollm2", "tiny_vl", EvalMode(DEFAULT_EVAL_SET, graded=True)),  # one set for both: the text one
+        (None, "tiny_vl", EvalMode(VISION_EVAL_SET, graded=False)),  # a first boot against a recorded baseline
+    ],
+)
 def test_both_generations_are_asked_one_set_graded_unless_both_are_noise(
     tmp_path: Path, old: str | None, new: str, expected: EvalMode
 ) -> None:
@@ -105,14 +108,18 @@ def test_an_ungraded_eval_gate_needs_every_question_answered_and_says_why() -> N
     )
 
 
-@pytest.mark.parametrize(("given", "where", "what"), [
-    ({"eval_tolerance": 1.5}, "--eval-tolerance", "less than or equal to 1"),
-    ({"ready_s": 0}, "--ready-s", "greater than 0"),
-    ({"skip": ["ready"]}, "--skip", "'capabilities', 'eval' or 'workload'"),
-    ({"load_requests": 0}, "--load-requests", "greater than or equal to 1"),
-])  # fmt: skip
-def test_a_gate_threshold_out_of_range_names_its_flag_and_range(given: dict[str, object], where: str,
-                                                                 what: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "where", "what"),
+    [
+        ({"eval_tolerance": 1.5}, "--eval-tolerance", "less than or equal to 1"),
+        ({"ready_s": 0}, "--ready-s", "greater than 0"),
+        ({"skip": ["ready"]}, "--skip", "'capabilities', 'eval' or 'workload'"),
+        ({"load_requests": 0}, "--load-requests", "greater than or equal to 1"),
+    ],
+)
+def test_a_gate_threshold_out_of_range_names_its_flag_and_range(
+    given: dict[str, object], where: str, what: str
+) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_settings(given, "--")
     problem = caught.value.problems[0]
@@ -122,7 +129,11 @@ def test_a_gate_threshold_out_of_range_names_its_flag_and_range(given: dict[str,
 def test_a_change_replaces_the_keys_it_sets_and_appends_the_rest() -> None:
     base = ("model=smollm2", "serving.max_concurrency=16", "+engine.env.X=1")
     assert merged_overrides(base, ["serving.max_concurrency=8", "engine.env.X=2", "features.strict=true"]) == (
-        "model=smollm2", "serving.max_concurrency=8", "engine.env.X=2", "features.strict=true")  # fmt: skip
+        "model=smollm2",
+        "serving.max_concurrency=8",
+        "engine.env.X=2",
+        "features.strict=true",
+    )
 
 
 def test_a_gate_file_needs_the_baseline_of_each_gate_it_runs(tmp_path: Path) -> None:
@@ -194,25 +205,47 @@ def test_the_rendered_roll_judges_every_host_first_then_upgrades_one_at_a_time_a
     cli: Cli, tmp_path: Path
 ) -> None:
     site = tmp_path / "lab.yaml"
-    site.write_text("- {name: a, url: 'http://127.0.0.1:8100', token_env: A_TOKEN}\n- {name: b, url: "
-                    "'https://lab-02.example:8100', token_env: B_TOKEN, ca_file: /etc/ca.pem}\n")  # fmt: skip
-    done = cli("render", "ansible", "serving.max_concurrency=8", "--site-file", str(site), "--out", str(tmp_path),
-               env={"A_TOKEN": "token-value-a", "B_TOKEN": "token-value-b"})  # fmt: skip
+    site.write_text(
+        "- {name: a, url: 'http://127.0.0.1:8100', token_env: A_TOKEN}\n- {name: b, url: "
+        "'https://lab-02.example:8100', token_env: B_TOKEN, ca_file: /etc/ca.pem}\n"
+    )
+    done = cli(
+        "render",
+        "ansible",
+        "serving.max_concurrency=8",
+        "--site-file",
+        str(site),
+        "--out",
+        str(tmp_path),
+        env={"A_TOKEN": "token-value-a", "B_TOKEN": "token-value-b"},
+    )
     assert done.returncode == 0, done.stderr
     inventory, playbook = (tmp_path / "inventory.yml").read_text(), (tmp_path / "upgrade.yml").read_text()
     assert "token-value" not in inventory + playbook + done.stdout
     hosts = yaml.safe_load(inventory)["all"]["children"]["lab"]["hosts"]
     assert hosts["a"]["ansible_connection"] == "local" and "ansible_connection" not in hosts["b"]
-    assert hosts["b"]["appliance_target"] == ["--url", "https://lab-02.example:8100", "--token-file", "/dev/stdin",
-                                              "--ca-file", "/etc/ca.pem"]  # fmt: skip
+    assert hosts["b"]["appliance_target"] == [
+        "--url",
+        "https://lab-02.example:8100",
+        "--token-file",
+        "/dev/stdin",
+        "--ca-file",
+        "/etc/ca.pem",
+    ]
     _, judge, roll = yaml.safe_load(playbook)  # the fetch play comes first: tests/test_roll_fetch.py
     assert judge["any_errors_fatal"] is True and "serial" not in judge
-    assert roll["serial"] == 1 and roll["max_fail_percentage"] == 0 and roll["vars"]["upgrade_args"] == [
-        "serving.max_concurrency=8"]  # fmt: skip
+    assert (
+        roll["serial"] == 1
+        and roll["max_fail_percentage"] == 0
+        and roll["vars"]["upgrade_args"] == ["serving.max_concurrency=8"]
+    )
     tasks = [judge["tasks"][0]["block"][0], roll["tasks"][0]["block"][0]]
     assert [t["ansible.builtin.command"]["argv"].count("'--check'") for t in tasks] == [1, 0]
     assert all(t["no_log"] and "appliance_token_env" in t["ansible.builtin.command"]["stdin"] for t in tasks)
-    checked = subprocess.run([str(ANSIBLE), "--syntax-check", "-i", str(tmp_path / "inventory.yml"),
-                              str(tmp_path / "upgrade.yml")], capture_output=True, text=True,
-                             env=os.environ | {"ANSIBLE_HOME": str(tmp_path / "ansible-home")})  # fmt: skip
+    checked = subprocess.run(
+        [str(ANSIBLE), "--syntax-check", "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "upgrade.yml")],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"ANSIBLE_HOME": str(tmp_path / "ansible-home")},
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -45,15 +45,18 @@ class Site:
         first = GenerationDocument(old.config_hash, ("old",), old.python, 1.0)
         self.path = journal_path(old.state_dir, old.control.port)
         self.upgrader = Upgrader(self.sup, Journal(("old",), None, first), self.path, self.judge)
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(create_app(self.sup, "t", upgrades=self.upgrader)),
-                                      base_url="http://appliance", headers={"Authorization": "Bearer t"})  # fmt: skip
+        self.http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(create_app(self.sup, "t", upgrades=self.upgrader)),
+            base_url="http://appliance",
+            headers={"Authorization": "Bearer t"},
+        )
 
     def judge(self, overrides: tuple[str, ...], against: str | None) -> Planned:
         self.judged.append(overrides)
         if overrides == ("hung",):  # as engine_verdict.engine_accepts says of a probe past its bound
             raise LaunchError("config-time probe of engine cpu failed: the config probe did not finish within 120s")
         if overrides not in self.plans:
-            raise ConfigError((Problem("bad-override", overrides[0], "is not a config key"),))
+            raise ConfigError((Problem(code="bad-override", key=overrides[0], message="is not a config key"),))
         return Planned(self.validated, self.plans[overrides])
 
     def new(self, *fake_args: str) -> LaunchPlan:

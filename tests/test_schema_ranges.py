@@ -24,11 +24,17 @@ from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
 
 # Mesh options are package data, not operator input, and the workload is composed only by loadtest.
-SECTIONS = {"serving": schema.ServingConfig, "control": schema.ControlConfig,
-            "supervisor": schema.SupervisorConfig, "engine": schema.EngineConfig, "workload": schema.WorkloadConfig,
-            "boards": schema.BoardsConfig,
-            "workload.prompt_tokens": schema.LengthDistribution,
-            "workload.output_tokens": schema.LengthDistribution, "workload.images": schema.ImagesConfig}  # fmt: skip
+SECTIONS = {
+    "serving": schema.ServingConfig,
+    "control": schema.ControlConfig,
+    "supervisor": schema.SupervisorConfig,
+    "engine": schema.EngineConfig,
+    "workload": schema.WorkloadConfig,
+    "boards": schema.BoardsConfig,
+    "workload.prompt_tokens": schema.LengthDistribution,
+    "workload.output_tokens": schema.LengthDistribution,
+    "workload.images": schema.ImagesConfig,
+}
 
 
 def numeric_fields() -> Iterator[tuple[str, type, list[object]]]:

@@ -59,9 +59,16 @@ def test_a_credential_in_a_site_file_names_the_file_and_how_to_pass_it(tmp_path:
 
 
 def test_names_of_variables_and_references_are_not_secrets() -> None:
-    composed = compose_config(["mesh=cpu", "serving.api_key_env=LAB_KEY", "site.hf_token_env=HUB",
-                               "engine.env.OMP_NUM_THREADS=2", "engine.secret_env.WANDB_API_KEY=LAB_WANDB",
-                               "engine.extra_args=[--api-key,$LAB_KEY]"])  # fmt: skip
+    composed = compose_config(
+        [
+            "mesh=cpu",
+            "serving.api_key_env=LAB_KEY",
+            "site.hf_token_env=HUB",
+            "engine.env.OMP_NUM_THREADS=2",
+            "engine.secret_env.WANDB_API_KEY=LAB_WANDB",
+            "engine.extra_args=[--api-key,$LAB_KEY]",
+        ]
+    )
     assert composed.config.engine.secret_env == {"WANDB_API_KEY": "LAB_WANDB"}
 
 

@@ -42,7 +42,7 @@ def run(cli: Cli, *args: str) -> str:
                 "build/vllm-releases.yaml",
             ),
             marks=pytest.mark.engine,  # the pilot checks run the engines' interpreters
-        ),  # fmt: skip
+        ),
     ],
     ids=lambda a: " ".join(a[:2]),
 )

@@ -89,8 +89,11 @@ def test_uv_installing_a_hash_locked_file_is_counted_in_packages(tmp_path: Path)
         "mdurl==0.1.2 --hash=sha256:84008a41e51615a49fc9966191ff91509e3c40b939176e643fd50a5c2196b8f8 "
         "--hash=sha256:bb413d29f5eea38f31dd4754dd7377d4465116fb207585f97bf925588687c1ba\n"
     )
-    step = SetupStep("mdurl", (str(UV), "pip", "install", "--python", str(venv / "bin" / "python"),
-                               "--require-hashes", "-r", str(lock)), tmp_path / "mdurl.log")  # fmt: skip
+    step = SetupStep(
+        "mdurl",
+        (str(UV), "pip", "install", "--python", str(venv / "bin" / "python"), "--require-hashes", "-r", str(lock)),
+        tmp_path / "mdurl.log",
+    )
     console, text = plain_console()
     run_steps([step], console)
     assert ", 1/1 packages: + mdurl==0.1.2" in text.getvalue()
@@ -108,8 +111,9 @@ broken:
 def test_run_steps_builds_make_targets_and_a_failed_one_names_its_log(tmp_path: Path) -> None:
     (tmp_path / "Makefile").write_text(MAKEFILE)
     command = [sys.executable, str(RUN_STEPS), "--make", "make", "--logs", str(tmp_path / "logs")]
-    done = subprocess.run([*command, "Fine=built", "Broken one=broken"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [*command, "Fine=built", "Broken one=broken"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     log = tmp_path / "logs" / "broken-one.log"

@@ -22,8 +22,10 @@ TOKEN = "slots-token"
 
 
 async def test_each_slot_is_served_and_acted_on_under_its_own_routes(tmp_path: Path) -> None:
-    sups = {name: EngineSupervisor(fake_plan(tmp_path / name), EngineLog(tmp_path / name / "logs"), name=f"slot {name}")
-            for name in ("a", "b")}  # fmt: skip
+    sups = {
+        name: EngineSupervisor(fake_plan(tmp_path / name), EngineLog(tmp_path / name / "logs"), name=f"slot {name}")
+        for name in ("a", "b")
+    }
     runs = [asyncio.create_task(sup.run()) for sup in sups.values()]
     try:
         async with serving_here(create_slots_app("pair", sups, TOKEN)) as url:

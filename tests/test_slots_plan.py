@@ -64,8 +64,9 @@ def test_an_override_addresses_one_slot_by_name(matrix: CompatibilityMatrix) -> 
 
 
 def test_cores_split_evenly_when_no_slot_names_them(matrix: CompatibilityMatrix) -> None:
-    plan = plan_host(load_slots("cpu-pair"), ["slots.left.cores=null", "slots.right.cores=null"], matrix,
-                     cpus=(0, 1, 2, 3))  # fmt: skip
+    plan = plan_host(
+        load_slots("cpu-pair"), ["slots.left.cores=null", "slots.right.cores=null"], matrix, cpus=(0, 1, 2, 3)
+    )
     assert [s.cores for s in plan.slots] == [(0, 1), (2, 3)]
 
 
@@ -85,8 +86,10 @@ def test_overlapping_cores_are_refused_naming_both_slots(matrix: CompatibilityMa
 
 def test_two_slots_on_one_port_are_refused_naming_both(matrix: CompatibilityMatrix) -> None:
     found = problems(matrix, "cpu-pair", "slots.right.serving.port=8001")
-    assert found == ["error[slot-port-collision] slots.right.serving.port: slots left and right both serve on port "
-                     "8001. Set slots.right.serving.port to a free port"]  # fmt: skip
+    assert found == [
+        "error[slot-port-collision] slots.right.serving.port: slots left and right both serve on port "
+        "8001. Set slots.right.serving.port to a free port"
+    ]
 
 
 def test_a_slot_larger_than_the_host_is_refused(matrix: CompatibilityMatrix) -> None:
@@ -97,8 +100,13 @@ def test_a_slot_larger_than_the_host_is_refused(matrix: CompatibilityMatrix) -> 
 
 
 def test_every_finding_of_every_slot_comes_together(matrix: CompatibilityMatrix) -> None:
-    found = problems(matrix, "t3k-4x8b", "slots.code.devices=[0]", "slots.spare.serving.port=8001",
-                     "slots.router.serving.max_context=lots")  # fmt: skip
+    found = problems(
+        matrix,
+        "t3k-4x8b",
+        "slots.code.devices=[0]",
+        "slots.spare.serving.port=8001",
+        "slots.router.serving.max_context=lots",
+    )
     codes = sorted(p.split("]")[0] for p in found)
     assert codes == ["error[bad-type", "error[slot-device-overlap", "error[slot-port-collision"]
     assert any(p.startswith("error[bad-type] slots.router.serving.max_context: slot router:") for p in found)
@@ -132,8 +140,9 @@ def test_plan_and_render_print_every_slot(cli: Cli, tmp_path: Path) -> None:
     assert k8s.returncode == 0, k8s.stderr
     files = sorted(p.name for p in (tmp_path / "k8s").iterdir())
     assert files == [f"tt-appliance-default-{s}.yaml" for s in ("chat", "code", "router", "spare")]
-    claims = [d for d in yaml.safe_load_all((tmp_path / "k8s" / files[0]).read_text())
-              if d["kind"] == "ResourceClaimTemplate"]  # fmt: skip
+    claims = [
+        d for d in yaml.safe_load_all((tmp_path / "k8s" / files[0]).read_text()) if d["kind"] == "ResourceClaimTemplate"
+    ]
     assert claims[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
     unit = cli("render", "systemd", "slots=t3k-4x8b")
     assert unit.returncode == 0, unit.stderr

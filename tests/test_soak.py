@@ -28,8 +28,9 @@ async def test_a_minute_of_mixed_load_with_an_engine_restart_loses_no_request_ou
     served = restartable_appliance
     monkeypatch.setenv(KEY_ENV, API_KEY)
     target = Target("soak", served.control_url, served.token)
-    report, _ = await soak(target, served.proc.pid, served.engine_url, duration_s=DURATION_S,
-                           restart_at=RESTART_AT_S, overrides=LOAD)  # fmt: skip
+    report, _ = await soak(
+        target, served.proc.pid, served.engine_url, duration_s=DURATION_S, restart_at=RESTART_AT_S, overrides=LOAD
+    )
     figures = "\n".join(report.lines())
     print(figures)
     assert report.problems() == (), figures

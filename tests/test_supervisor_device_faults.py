@@ -100,8 +100,13 @@ async def test_reset_once_resets_the_boards_retries_and_then_quarantines(tmp_pat
         # An operator's restart lifts the quarantine and may reset once more. The replayed fault fails the new
         # boot within milliseconds, so the restart is read from the event stream, not from a polled state.
         lifted: list[bool] = []
-        sup.subscribe(lambda event: lifted.append(not sup.snapshot().quarantined) if event.state in (
-            EngineState.STARTING, EngineState.RESTARTING) else None)  # fmt: skip
+        sup.subscribe(
+            lambda event: (
+                lifted.append(not sup.snapshot().quarantined)
+                if event.state in (EngineState.STARTING, EngineState.RESTARTING)
+                else None
+            )
+        )
         sup.request("restart")
         deadline = asyncio.get_running_loop().time() + 10
         while not lifted and asyncio.get_running_loop().time() < deadline:

@@ -191,8 +191,9 @@ async def test_a_drain_deadline_that_ends_requests_in_flight_reports_how_many(su
     """The engine serves a page recorded under load and never finishes its drain: what that page holds in
     flight is what the deadline cancelled (the real engine under SIGTERM: tests/test_drain_deadline.py)."""
     page = DATA / "console" / "metrics-5.txt"
-    held = sum(s.value for f in text_string_to_metric_families(page.read_text()) if f.name in IN_FLIGHT
-               for s in f.samples)  # fmt: skip
+    held = sum(
+        s.value for f in text_string_to_metric_families(page.read_text()) if f.name in IN_FLIGHT for s in f.samples
+    )
     sup = supervisor("--ignore-sigterm", "--metrics", str(page), shutdown_timeout_s=2.0)
     run = asyncio.create_task(sup.run())
     await wait_for(sup, S.READY)

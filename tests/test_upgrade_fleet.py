@@ -49,13 +49,29 @@ pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU en
 ANSIBLE = ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
 APPLIANCE = str(ROOT / ".venv" / "bin" / "appliance")
 BODY = {"model": "appliance/smollm2-135m-instruct", "prompt": "The capital of France is", "max_tokens": 8}
-GATES = ["--eval-set", str(Path(__file__).parent / "data" / "eval-upgrade-gate.yaml"), "--eval-tolerance", "0.25",
-         "--load-duration-s", "4", "--load-requests", "8", "--goodput-tolerance", "0.9",
-         "--ttft-tolerance", "20"]  # fmt: skip
+GATES = [
+    "--eval-set",
+    str(Path(__file__).parent / "data" / "eval-upgrade-gate.yaml"),
+    "--eval-tolerance",
+    "0.25",
+    "--load-duration-s",
+    "4",
+    "--load-requests",
+    "8",
+    "--goodput-tolerance",
+    "0.9",
+    "--ttft-tolerance",
+    "20",
+]
 # Short replies, and an SLO a 2-core host shared by two engines and a client meets: the goodput gate then compares
 # like with like instead of two zeros or a zero and a lucky baseline.
-EXTRA = ("supervisor.deregister_s=2", "workload.output_tokens.mean=24", "workload.output_tokens.max=32",
-         "workload.slo_ttft_ms=30000", "workload.slo_itl_ms=3000")  # fmt: skip
+EXTRA = (
+    "supervisor.deregister_s=2",
+    "workload.output_tokens.mean=24",
+    "workload.output_tokens.max=32",
+    "workload.slo_ttft_ms=30000",
+    "workload.slo_itl_ms=3000",
+)
 
 
 REVISION = hashlib.sha1(b"SmolLM2 as the lab pins it").hexdigest()
@@ -71,8 +87,10 @@ def site(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         running_appliance(tmp / "b", *EXTRA, "engine.env.VLLM_CPU_OMP_THREADS_BIND=1", model="smollm2") as b,
     ):
         site_file = tmp / "lab.yaml"
-        site_file.write_text(f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
-                             f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n")  # fmt: skip
+        site_file.write_text(
+            f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
+            f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n"
+        )
         with running_gateway(site_file, tokens(a, b), tmp / "gw", BODY) as url:
             yield a, b, site_file, url
 
@@ -104,8 +122,11 @@ def tokens(a: Served, b: Served) -> dict[str, str]:
 
 def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -> subprocess.CompletedProcess[str]:
     """`appliance render ansible`, then ansible-playbook with the change and the gates as `upgrade_args`."""
-    rendered = subprocess.run([APPLIANCE, "render", "ansible", "--site-file",
-                               str(site_file), "--out", str(tmp)], capture_output=True, text=True)  # fmt: skip
+    rendered = subprocess.run(
+        [APPLIANCE, "render", "ansible", "--site-file", str(site_file), "--out", str(tmp)],
+        capture_output=True,
+        text=True,
+    )
     assert rendered.returncode == 0, rendered.stderr
     env = (
         os.environ
@@ -119,8 +140,10 @@ def roll(site_file: Path, a: Served, b: Served, tmp: Path, *upgrade_args: str) -
     extra = json.dumps({"upgrade_args": [*upgrade_args, *GATES]})
     argv = [str(ANSIBLE), "-i", str(tmp / "inventory.yml"), str(tmp / "upgrade.yml"), "-e", extra]
     started = time.time()
-    with (tmp / "ansible.out").open("w+") as out, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                                                  text=True, env=env) as proc:  # fmt: skip
+    with (
+        (tmp / "ansible.out").open("w+") as out,
+        subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env) as proc,
+    ):
         log = tmp / "ansible.log"
         progressing(lambda: proc.poll() is not None, lambda: (_size(log), _steps(a), _steps(b)), "the roll", proc)
         out.seek(0)
@@ -136,8 +159,9 @@ STALL_S = 600.0
 bound on stalls, not on the host's speed (a slow host makes progress more slowly; a hung one makes none)."""
 
 
-def progressing(done: Callable[[], bool], progress: Callable[[], object], what: str,
-                proc: subprocess.Popen[str] | None = None) -> None:  # fmt: skip
+def progressing(
+    done: Callable[[], bool], progress: Callable[[], object], what: str, proc: subprocess.Popen[str] | None = None
+) -> None:
     """Wait until `done()`, failing only when `progress()` stops changing for STALL_S (killing `proc`)."""
     last, since = progress(), time.monotonic()
     while not done():
@@ -194,9 +218,12 @@ def test_bad_input_is_refused_in_one_line_before_any_appliance_changes(
 ) -> None:
     a, b, site_file, _ = site
     before = (a.state().generation, b.state().generation)
-    bad_state = subprocess.run([APPLIANCE, "upgrade", "--url", a.control_url, "--against", "vllm=9.9.9",
-                                "serving.max_concurrency=8"], env=os.environ | {"APPLIANCE_TOKEN": a.token},
-                               capture_output=True, text=True)  # fmt: skip
+    bad_state = subprocess.run(
+        [APPLIANCE, "upgrade", "--url", a.control_url, "--against", "vllm=9.9.9", "serving.max_concurrency=8"],
+        env=os.environ | {"APPLIANCE_TOKEN": a.token},
+        capture_output=True,
+        text=True,
+    )
     assert bad_state.returncode == 2 and "names no recorded plugin state" in bad_state.stderr, bad_state.stderr
     assert len(bad_state.stderr.strip().splitlines()) == 1
     gone = f"http://127.0.0.1:{free_port()}"
@@ -225,7 +252,8 @@ def test_a_revision_the_mirror_lacks_stops_the_roll_in_its_fetch_play_before_any
         assert (state.generation, state.upgrade) == (before[name].generation, before[name].upgrade)  # none began
         assert not store_entry(served, UNPUBLISHED).exists()
     assert [(r.uri, r.status) for r in mirror.requests()[asked:]] == [
-        (f"/api/models/{CHECKPOINT}/tree/{UNPUBLISHED}", 404)] * 2  # fmt: skip
+        (f"/api/models/{CHECKPOINT}/tree/{UNPUBLISHED}", 404)
+    ] * 2
     assert load.failures() == {} and load.outcomes["ok"] > 0, load.outcomes  # never out of rotation
 
 
@@ -263,8 +291,9 @@ def test_a_real_change_passes_every_gate_on_both_appliances_one_at_a_time_losing
     assert build_environment(ROOT / ".engines", "cpu", recipe) == environment / "bin" / "python"
     asked = len(mirror.requests())
     with ClosedLoop(url, streams=2, body=BODY) as load:
-        ran = roll(site_file, a, b, tmp_path, "--build-dir", str(recipe), "serving.max_concurrency=8",
-                   *weights_change(mirror))  # fmt: skip
+        ran = roll(
+            site_file, a, b, tmp_path, "--build-dir", str(recipe), "serving.max_concurrency=8", *weights_change(mirror)
+        )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     states = {"a": a.state(), "b": b.state()}
     for name, state in states.items():
@@ -299,10 +328,23 @@ def test_an_appliance_killed_mid_upgrade_comes_back_on_the_generation_it_served(
 ) -> None:
     a, _, _, _ = site
     served_before = generation(a)
-    cli = subprocess.Popen([APPLIANCE, "upgrade", "--url", a.control_url,
-                            "serving.max_concurrency=4", "--skip", "eval", "--skip", "workload"],
-                           env=os.environ | {"APPLIANCE_TOKEN": a.token}, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    cli = subprocess.Popen(
+        [
+            APPLIANCE,
+            "upgrade",
+            "--url",
+            a.control_url,
+            "serving.max_concurrency=4",
+            "--skip",
+            "eval",
+            "--skip",
+            "workload",
+        ],
+        env=os.environ | {"APPLIANCE_TOKEN": a.token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     def switching() -> bool:
         assert cli.poll() is None, "the upgrade ended before its switch"
@@ -331,6 +373,9 @@ def _restart(served: Served) -> None:
     engine_port, control_port = (int(u.rsplit(":", 1)[1]) for u in (served.engine_url, served.control_url))
     env = os.environ | {"APPLIANCE_TOKEN": served.token, "APPLIANCE_CACHE_DIR": str(served.cache)}
     with served.output.open("ab") as sink:
-        served.proc = subprocess.Popen(serve_command(engine_port, control_port, *EXTRA,
-                                                     "engine.env.VLLM_CPU_OMP_THREADS_BIND=0", model="smollm2"),
-                                       env=env, stdout=sink, stderr=sink)  # fmt: skip
+        served.proc = subprocess.Popen(
+            serve_command(engine_port, control_port, *EXTRA, "engine.env.VLLM_CPU_OMP_THREADS_BIND=0", model="smollm2"),
+            env=env,
+            stdout=sink,
+            stderr=sink,
+        )

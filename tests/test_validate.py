@@ -22,13 +22,21 @@ def codes(matrix: CompatibilityMatrix, *overrides: str, against: str | None = No
 
 def test_the_contract_example_validates_with_only_warnings(matrix: CompatibilityMatrix) -> None:
     validated = validate(
-        compose_config([
-            "+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
-            "serving.max_context=65536", "serving.max_concurrency=32", "features.prefix_caching=true",
-            "features.async_decode=true", "precision=accuracy", "site=lab-t3k",
-        ]),
+        compose_config(
+            [
+                "+model=llama",
+                "mesh=t3k",
+                "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct",
+                "serving.max_context=65536",
+                "serving.max_concurrency=32",
+                "features.prefix_caching=true",
+                "features.async_decode=true",
+                "precision=accuracy",
+                "site=lab-t3k",
+            ]
+        ),
         matrix,
-    )  # fmt: skip
+    )
     assert validated.engine == "tt"
     # The capabilities are the class's own (a verified read of tt-metal's ttt_compat at 3dfeae9); the row records
     # no KV capacity and was validated at a tt-metal not known to have ttt_compat, and names no revision: warnings
@@ -129,20 +137,30 @@ def test_each_rule_reports_its_code(matrix: CompatibilityMatrix, overrides: list
 
 def test_every_problem_is_reported_at_once(matrix: CompatibilityMatrix) -> None:
     found = codes(
-        matrix, "+model=llama", "mesh=n150", "serving.max_context=131072", "serving.max_concurrency=64",
-        "tt.trace_mode=fast", "engine.extra_args=[--enable-lora]",
-    )  # fmt: skip
+        matrix,
+        "+model=llama",
+        "mesh=n150",
+        "serving.max_context=131072",
+        "serving.max_concurrency=64",
+        "tt.trace_mode=fast",
+        "engine.extra_args=[--enable-lora]",
+    )
     assert {"context-too-long", "concurrency-too-high", "tt-config-value", "unsupported-feature"} <= found
 
 
 def test_a_capability_is_only_a_warning_when_not_strict(matrix: CompatibilityMatrix) -> None:
     validated = validate(
-        compose_config([
-            "+model=gemma", "mesh=t3k", "model.checkpoint=google/gemma-3-27b-it", "features.prefix_caching=true",
-            "features.strict=false",
-        ]),
+        compose_config(
+            [
+                "+model=gemma",
+                "mesh=t3k",
+                "model.checkpoint=google/gemma-3-27b-it",
+                "features.prefix_caching=true",
+                "features.strict=false",
+            ]
+        ),
         matrix,
-    )  # fmt: skip
+    )
     assert "capability-not-declared" in {w.code for w in validated.warnings}
 
 

@@ -70,8 +70,14 @@ def predicted_tokens(plan: LaunchPlan, requests: list[list[dict[str, Any]]]) -> 
     """The checkpoint's processor's count for each request, with the processor options the engine was given."""
     argv = plan.argv
     kwargs = argv[argv.index("--mm-processor-kwargs") + 1] if "--mm-processor-kwargs" in argv else "{}"
-    done = subprocess.run([plan.python, str(PREDICT), plan.model_path, kwargs], input=json.dumps(requests),
-                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    done = subprocess.run(
+        [plan.python, str(PREDICT), plan.model_path, kwargs],
+        input=json.dumps(requests),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return list(json.loads(done.stdout))
 
 
@@ -88,8 +94,9 @@ def test_images_of_different_sizes_cost_the_tokens_the_processor_predicts(vision
     assert len(set(got[:2])) == 2 and got[2] == got[3]  # size matters, orientation does not (same patch count)
 
 
-def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(vision_appliance: Served,
-                                                                 shared_appliance: Served) -> None:  # fmt: skip
+def test_a_bad_image_gets_the_engines_4xx_and_the_engine_goes_on(
+    vision_appliance: Served, shared_appliance: Served
+) -> None:
     undecodable = chat(vision_appliance, messages("data:image/png;base64,AAAA"))
     assert undecodable.status_code == 400 and "image" in undecodable.json()["error"]["message"].lower()
     # 20000x20000 px in its header (its pixel data a stub: nothing is decoded before the size is judged).

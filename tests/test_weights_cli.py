@@ -43,9 +43,14 @@ def site(tmp_path: Path) -> Iterator[Site]:
     publish(root, CHECKPOINT, REVISION, mirror_files())
     with running_nginx(tmp_path / "nginx", Mirror(root, root, mirror_files()), free_port()) as nginx:
         store, locks = tmp_path / "store", tmp_path / "locks"
-        overrides = ("model=smollm2", f"model.checkpoint={CHECKPOINT}", f"model.revision={REVISION}",
-                     f"site.weights.mirror={nginx.url}", f"site.weights.store_dir={store}",
-                     f"site.weights.locks_dir={locks}")  # fmt: skip
+        overrides = (
+            "model=smollm2",
+            f"model.checkpoint={CHECKPOINT}",
+            f"model.revision={REVISION}",
+            f"site.weights.mirror={nginx.url}",
+            f"site.weights.store_dir={store}",
+            f"site.weights.locks_dir={locks}",
+        )
         yield Site(overrides, store, locks / CHECKPOINT / f"{REVISION}.lock.json", nginx)
 
 
@@ -61,8 +66,7 @@ def test_the_first_fetch_records_the_lock_and_the_next_is_checked_against_it(cli
     assert "recorded the weights lock" in first.stderr and f"fetched: {CHECKPOINT}@{REVISION}" in first.stdout
     lock = json.loads(site.lock.read_text())
     assert {f["path"]: f["size"] for f in lock["files"]} == {p: len(d) for p, d in mirror_files().items()}
-    assert sorted(p.name for p in site.entry.rglob("*") if p.is_file()) == sorted(
-        Path(p).name for p in mirror_files())  # fmt: skip
+    assert sorted(p.name for p in site.entry.rglob("*") if p.is_file()) == sorted(Path(p).name for p in mirror_files())
     again = cli("fetch", *site.overrides)
     assert again.returncode == 0 and "already in the store" in again.stdout
     verified = cli("fetch", "--verify", *site.overrides)
@@ -71,8 +75,9 @@ def test_the_first_fetch_records_the_lock_and_the_next_is_checked_against_it(cli
     assert f"{CHECKPOINT}@{REVISION}" in listed.stdout and "verified" in listed.stdout
 
 
-def test_serve_and_check_refuse_a_checkpoint_never_fetched_naming_the_command_that_mends_it(cli: Cli, site: Site) -> (
-        None):  # fmt: skip
+def test_serve_and_check_refuse_a_checkpoint_never_fetched_naming_the_command_that_mends_it(
+    cli: Cli, site: Site
+) -> None:
     served = cli("serve", *site.overrides)
     line = one_line(served.stderr)
     assert served.returncode == 3 and "no weights lock" in line
@@ -101,8 +106,12 @@ def test_a_damaged_store_is_refused_by_serve_and_named_by_verify(cli: Cli, site:
     served = cli("serve", *site.overrides)
     line = one_line(served.stderr)
     assert served.returncode == 3 and "appliance fetch" in line
-    expected = {"flipped byte": "model.safetensors", "truncated": "model.safetensors has 1000 bytes",
-                "removed": "model.safetensors is missing", "interrupted fetch": "partial"}[damage]  # fmt: skip
+    expected = {
+        "flipped byte": "model.safetensors",
+        "truncated": "model.safetensors has 1000 bytes",
+        "removed": "model.safetensors is missing",
+        "interrupted fetch": "partial",
+    }[damage]
     assert expected in line, line
     if damage == "flipped byte":
         verified = cli("fetch", "--verify", *site.overrides)
@@ -120,10 +129,12 @@ def test_a_malformed_lock_is_one_line_naming_it(cli: Cli, site: Site) -> None:
     assert site.nginx.requests() == []
 
 
-@pytest.mark.parametrize(("override", "key"), [("model.revision=main", "model.revision"),
-                                               ("model.revision=0123abc", "model.revision")])  # fmt: skip
-def test_a_revision_that_is_not_a_commit_is_refused_before_any_request(cli: Cli, site: Site, override: str,
-                                                                      key: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("override", "key"), [("model.revision=main", "model.revision"), ("model.revision=0123abc", "model.revision")]
+)
+def test_a_revision_that_is_not_a_commit_is_refused_before_any_request(
+    cli: Cli, site: Site, override: str, key: str
+) -> None:
     fetched = cli("fetch", *site.overrides, override)
     assert fetched.returncode == 2 and key in one_line(fetched.stderr)
     assert site.nginx.requests() == []
@@ -153,8 +164,11 @@ def test_a_tt_plan_keys_its_tensor_cache_and_state_says_whether_it_is_built(tmp_
     pinned = plan()
     assert pinned.tensor_cache is not None and pinned.env["TT_CACHE_PATH"] == pinned.tensor_cache
     assert REVISION in pinned.tensor_cache and pinned.env["HF_HUB_OFFLINE"] == "1"
-    others = {plan(f"model.revision={'1' * 39}a").tensor_cache, plan("mesh=galaxy_t3k").tensor_cache,
-              plan("precision=performance").tensor_cache}  # fmt: skip
+    others = {
+        plan(f"model.revision={'1' * 39}a").tensor_cache,
+        plan("mesh=galaxy_t3k").tensor_cache,
+        plan("precision=performance").tensor_cache,
+    }
     assert pinned.tensor_cache not in others and len(others) == 3
     snapshot = SupervisorSnapshot(EngineState.LOADING, None, None, 0, None, ())
     cold = state_document(snapshot, pinned)
@@ -165,8 +179,9 @@ def test_a_tt_plan_keys_its_tensor_cache_and_state_says_whether_it_is_built(tmp_
     assert warm is not None and warm.built and warm.boot_s == 3101.0
 
 
-def test_the_store_says_which_generations_use_each_revision_and_prune_keeps_those(cli: Cli, site: Site,
-                                                                                 tmp_path: Path) -> None:  # fmt: skip
+def test_the_store_says_which_generations_use_each_revision_and_prune_keeps_those(
+    cli: Cli, site: Site, tmp_path: Path
+) -> None:
     """Two revisions fetched; this host's appliance serves the new one with the old one as its rollback, and a third
     is used by nobody: prune removes only that one."""
     from appliance.control.upgrade_documents import GenerationDocument
@@ -177,8 +192,9 @@ def test_the_store_says_which_generations_use_each_revision_and_prune_keeps_thos
     for revision in revisions:
         publish(root, CHECKPOINT, revision, mirror_files())
     state = tmp_path / "state"
-    pinned = [(*site.overrides[:2], f"model.revision={r}", *site.overrides[3:], f"paths.state_dir={state}")
-              for r in revisions]  # fmt: skip
+    pinned = [
+        (*site.overrides[:2], f"model.revision={r}", *site.overrides[3:], f"paths.state_dir={state}") for r in revisions
+    ]
     for overrides in pinned:
         assert cli("fetch", *overrides).returncode == 0
     generation = [GenerationDocument(f"g{n}", overrides, "python") for n, overrides in enumerate(pinned)]
@@ -192,4 +208,5 @@ def test_the_store_says_which_generations_use_each_revision_and_prune_keeps_thos
     pruned = cli("store", "--prune", *pinned[0])
     assert pruned.returncode == 0 and f"removed {site.store / CHECKPOINT / revisions[2]}" in pruned.stdout
     assert sorted(p.name for p in (site.store / CHECKPOINT).iterdir() if not p.name.startswith(".")) == sorted(
-        revisions[:2])  # fmt: skip
+        revisions[:2]
+    )

@@ -57,10 +57,26 @@ def server(tmp_path: Path, mirror: Mirror) -> Iterator[Nginx]:
         yield nginx
 
 
-def _fetch(base: str, store: Path, lock: Lock | None, *, jobs: int = 4, progress: FetchProgress | None = None,
-           disk_reserve_bytes: int = 0) -> FetchResult:  # fmt: skip
-    return fetch(HttpSource(base), CHECKPOINT, REVISION, store, lock, jobs=jobs, progress=progress,
-                 disk_reserve_bytes=disk_reserve_bytes, retry=FAST)  # fmt: skip
+def _fetch(
+    base: str,
+    store: Path,
+    lock: Lock | None,
+    *,
+    jobs: int = 4,
+    progress: FetchProgress | None = None,
+    disk_reserve_bytes: int = 0,
+) -> FetchResult:
+    return fetch(
+        HttpSource(base),
+        CHECKPOINT,
+        REVISION,
+        store,
+        lock,
+        jobs=jobs,
+        progress=progress,
+        disk_reserve_bytes=disk_reserve_bytes,
+        retry=FAST,
+    )
 
 
 def _one_line(error: pytest.ExceptionInfo[WeightsError]) -> str:
@@ -78,7 +94,11 @@ def test_a_first_fetch_records_every_files_sha256_and_the_entry_appears_verified
         (f.path, f.size, f.sha256) for f in lock_for(mirror.files).files
     ]
     assert (result.lock.source, result.entry, result.downloaded_bytes, result.joined) == (
-        server.url, entry_dir(store, CHECKPOINT, REVISION), sum(map(len, mirror.files.values())), False)  # fmt: skip
+        server.url,
+        entry_dir(store, CHECKPOINT, REVISION),
+        sum(map(len, mirror.files.values())),
+        False,
+    )
     assert (result.entry / "tokenizer" / "vocab.txt").read_bytes() == mirror.files["tokenizer/vocab.txt"]
     verify(store, result.lock, full=False)
     assert not staging_dir(store, CHECKPOINT, REVISION).exists()
@@ -108,7 +128,9 @@ def test_a_listing_in_pages_is_read_to_its_end_but_never_followed_to_another_hos
     result = _fetch(f"{server.url}/paged", tmp_path, None)
     assert result.lock.files == lock_for(mirror.files).files
     assert [r.uri for r in server.requests() if "pages" in r.uri or "/api/" in r.uri] == [
-        f"/paged/api/models/{CHECKPOINT}/tree/{REVISION}", "/paged/pages/2.json"]  # fmt: skip
+        f"/paged/api/models/{CHECKPOINT}/tree/{REVISION}",
+        "/paged/pages/2.json",
+    ]
     with pytest.raises(WeightsError) as raised:
         _fetch(f"{server.url}/hostile", tmp_path / "other", None)
     assert _one_line(raised).endswith(
@@ -154,8 +176,15 @@ def test_a_connection_closed_without_an_answer_is_retried_then_reported(
 
 def test_a_server_that_stops_answering_times_out_and_is_retried(mirror: Mirror, tmp_path: Path) -> None:
     with stalled_listener() as (url, accepted), pytest.raises(WeightsError) as raised:
-        fetch(HttpSource(url, read_timeout_s=0.3), CHECKPOINT, REVISION, tmp_path, lock_for(mirror.files), jobs=1,
-              retry=RetryPolicy(attempts=2, backoff_s=0.01))  # fmt: skip
+        fetch(
+            HttpSource(url, read_timeout_s=0.3),
+            CHECKPOINT,
+            REVISION,
+            tmp_path,
+            lock_for(mirror.files),
+            jobs=1,
+            retry=RetryPolicy(attempts=2, backoff_s=0.01),
+        )
     assert _one_line(raised).startswith(f"config.json: ReadTimeoutError from {url}/")
     assert raised.value.args[0].endswith("(gave up after 2 attempts)") and len(accepted) == 2
 
@@ -300,8 +329,10 @@ def _fill(path: Path) -> None:
             assert error.errno == errno.ENOSPC
 
 
-@pytest.mark.parametrize(("checkpoint", "revision"), [(CHECKPOINT, "main"), ("../etc", REVISION),
-                                                      ("acme/../../x", REVISION), ("/abs/x", REVISION)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("checkpoint", "revision"),
+    [(CHECKPOINT, "main"), ("../etc", REVISION), ("acme/../../x", REVISION), ("/abs/x", REVISION)],
+)
 def test_a_bad_name_is_refused_before_any_request(
     server: Nginx, tmp_path: Path, checkpoint: str, revision: str
 ) -> None:
@@ -318,8 +349,10 @@ def test_the_hub_token_is_sent_and_appears_in_no_message_or_log(
     caplog.set_level(logging.DEBUG)
     token = Token(env="WEIGHTS_TEST_TOKEN")
     messages = []
-    for store, base, files in ((tmp_path / "a", server.url, {**mirror.files, "missing.bin": b"x"}),
-                               (tmp_path / "b", f"{server.url}/error", mirror.files)):  # fmt: skip
+    for store, base, files in (
+        (tmp_path / "a", server.url, {**mirror.files, "missing.bin": b"x"}),
+        (tmp_path / "b", f"{server.url}/error", mirror.files),
+    ):
         with pytest.raises(WeightsError) as raised:
             fetch(HttpSource(base, token=token), CHECKPOINT, REVISION, store, lock_for(files), retry=FAST)
         messages.append(str(raised.value))

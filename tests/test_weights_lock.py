@@ -37,8 +37,13 @@ def test_the_lock_digest_changes_with_any_file_and_not_with_when_or_where_it_was
 
 def _valid() -> dict[str, Any]:
     files = [{"path": "a.bin", "size": 1, "sha256": "a" * 64}, {"path": "b.bin", "size": 2, "sha256": "b" * 64}]
-    return {"checkpoint": CHECKPOINT, "revision": REVISION, "recorded_at": "2025-01-01T00:00:00Z",
-            "source": "https://mirror.example", "files": files}  # fmt: skip
+    return {
+        "checkpoint": CHECKPOINT,
+        "revision": REVISION,
+        "recorded_at": "2025-01-01T00:00:00Z",
+        "source": "https://mirror.example",
+        "files": files,
+    }
 
 
 def _with(change: dict[str, Any]) -> str:
@@ -79,7 +84,7 @@ def _with(change: dict[str, Any]) -> str:
         "escape",
         "unsorted",
         "duplicate",
-    ],  # fmt: skip
+    ],
 )
 def test_a_malformed_lock_is_one_line_naming_the_file_and_its_fault(tmp_path: Path, text: str, fault: str) -> None:
     path = tmp_path / "bad.lock.json"
@@ -102,8 +107,23 @@ def test_a_revision_must_be_a_full_commit_id(revision: str) -> None:
     assert str(raised.value).startswith(f"revision {revision!r}: not a commit id") and "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("checkpoint", ["gpt2", "/abs/path", "org/../x", "org/..", "../org/x", "org//x", "org/x/y",
-                                        "org/.hidden", "org/x y", "org\\x", "", "org/x\n"])  # fmt: skip
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        "gpt2",
+        "/abs/path",
+        "org/../x",
+        "org/..",
+        "../org/x",
+        "org//x",
+        "org/x/y",
+        "org/.hidden",
+        "org/x y",
+        "org\\x",
+        "",
+        "org/x\n",
+    ],
+)
 def test_a_checkpoint_must_be_a_repo_id_safe_in_a_url_and_a_path(checkpoint: str) -> None:
     with pytest.raises(WeightsError) as raised:
         check_checkpoint(checkpoint)

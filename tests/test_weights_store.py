@@ -76,8 +76,9 @@ def test_a_flipped_byte_behind_a_restored_mtime_is_found_by_the_full_check_only(
     verify(store, lock, full=False)  # the quick check's known limit: it hashes nothing
     assert _fault(store, lock, full=True).startswith(f"{NAME}: model.safetensors: sha256 ")
     expected = lock.files[2].sha256[:12]
-    assert _fault(store, lock, full=True).endswith(f"differs from the lock ({expected}…); run `appliance fetch` to "
-                                                   "fetch it again")  # fmt: skip
+    assert _fault(store, lock, full=True).endswith(
+        f"differs from the lock ({expected}…); run `appliance fetch` to fetch it again"
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,8 +102,9 @@ def test_a_missing_resized_or_stray_file_is_named_by_the_quick_check(
 def test_the_stamp_must_be_of_this_lock(fetched: tuple[Path, Lock], mirror: Mirror) -> None:
     store, lock = fetched
     stamp_file(store, CHECKPOINT, REVISION).unlink()
-    assert _fault(store, lock, full=False).endswith("never verified against its lock; run `appliance fetch --verify` "
-                                                    "to re-hash it")  # fmt: skip
+    assert _fault(store, lock, full=False).endswith(
+        "never verified against its lock; run `appliance fetch --verify` to re-hash it"
+    )
     verify(store, lock, full=True)  # rewrites the stamp
     verify(store, lock, full=False)
 
@@ -112,8 +114,10 @@ def test_an_interrupted_fetch_is_partial_and_an_absent_one_is_not_in_the_store(
 ) -> None:
     store, lock = fetched
     other = Lock(CHECKPOINT, OLD_REVISION, lock.recorded_at, lock.source, lock.files)
-    assert _fault(store, other, full=False) == f"{CHECKPOINT}@{OLD_REVISION}: not in the store {store}; run " \
-                                               "`appliance fetch` to fetch it"  # fmt: skip
+    assert (
+        _fault(store, other, full=False) == f"{CHECKPOINT}@{OLD_REVISION}: not in the store {store}; run "
+        "`appliance fetch` to fetch it"
+    )
     staging_dir(store, CHECKPOINT, OLD_REVISION).mkdir(parents=True)
     assert is_partial(store, CHECKPOINT, OLD_REVISION) and not is_partial(store, CHECKPOINT, REVISION)
     assert "partial: a fetch was interrupted; run `appliance fetch` to finish it" in _fault(store, other, full=False)

@@ -76,8 +76,13 @@ def test_lengths_stay_within_their_clamps_around_the_mean(kind: str) -> None:
 
 def test_unusable_values_are_refused_with_their_keys_when_the_config_is_parsed() -> None:
     with pytest.raises(ConfigError) as caught:
-        workload("mixed", "workload.rate_per_s=0", "workload.logprobs_share=1.5", "workload.prompt_tokens.min=900",
-                 "workload.prompt_tokens.max=800")  # fmt: skip
+        workload(
+            "mixed",
+            "workload.rate_per_s=0",
+            "workload.logprobs_share=1.5",
+            "workload.prompt_tokens.min=900",
+            "workload.prompt_tokens.max=800",
+        )
     assert {p.key for p in caught.value.problems} == {"workload.rate_per_s", "workload.logprobs_share"}
     with pytest.raises(ConfigError, match=r"workload.prompt_tokens.min: 900 is above workload.prompt_tokens.max"):
         workload("mixed", "workload.prompt_tokens.min=900", "workload.prompt_tokens.max=800")
@@ -108,9 +113,12 @@ def test_request_bodies_carry_the_planned_features() -> None:
     assert body["ignore_eos"] is True and body["max_tokens"] == planned.output_tokens
 
 
-IMAGES = ("workload.images.share=0.4", "workload.images.reuse_share=0.3",
-          "workload.images.per_request=[{count:1,weight:3},{count:2,weight:1}]",
-          "workload.images.sizes=[{width:224,height:224,weight:3},{width:56,height:40,weight:1}]")  # fmt: skip
+IMAGES = (
+    "workload.images.share=0.4",
+    "workload.images.reuse_share=0.3",
+    "workload.images.per_request=[{count:1,weight:3},{count:2,weight:1}]",
+    "workload.images.sizes=[{width:224,height:224,weight:3},{width:56,height:40,weight:1}]",
+)
 
 
 def test_image_shares_counts_and_sizes_follow_the_workload() -> None:
@@ -180,7 +188,13 @@ def test_an_image_request_body_puts_the_images_before_the_text_in_one_user_messa
     prompt = BuiltPrompt(planned.index, "describe", 5, False, ("data:image/png;base64,AA", "data:image/png;base64,BB"))
     path, body = request_body("m", planned, prompt)
     assert path == "/v1/chat/completions"
-    assert body["messages"] == [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,BB"}},
-        {"type": "text", "text": "describe"}]}]  # fmt: skip
+    assert body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,BB"}},
+                {"type": "text", "text": "describe"},
+            ],
+        }
+    ]

@@ -100,8 +100,11 @@ def build_mirror(root: Path) -> Mirror:
     files = mirror_files()
     _write_revision(root / "main", REVISION, files)
     _write_revision(root / "main", OLD_REVISION, {**files, "config.json": OLD_CONFIG})
-    tampered = {**files, "model.safetensors": files["model.safetensors"][::-1],
-                "tokenizer/vocab.txt": bytes(b ^ 1 for b in files["tokenizer/vocab.txt"])}  # fmt: skip
+    tampered = {
+        **files,
+        "model.safetensors": files["model.safetensors"][::-1],
+        "tokenizer/vocab.txt": bytes(b ^ 1 for b in files["tokenizer/vocab.txt"]),
+    }
     _write_revision(root / "other", REVISION, tampered, listed=files)
     tree = hub_tree(files)
     (root / "main" / "pages").mkdir()
@@ -114,8 +117,9 @@ def _write_revision(root: Path, revision: str, files: dict[str, bytes], listed: 
     publish(root, CHECKPOINT, revision, files, listed)
 
 
-def publish(root: Path, checkpoint: str, revision: str, files: dict[str, bytes],
-            listed: dict[str, bytes] | None = None) -> None:  # fmt: skip
+def publish(
+    root: Path, checkpoint: str, revision: str, files: dict[str, bytes], listed: dict[str, bytes] | None = None
+) -> None:
     """`checkpoint@revision`'s files and the tree JSON the hub would serve for them under the mirror `root`
     (`listed`: the files the listing describes, where they differ)."""
     folder = root / checkpoint / "resolve" / revision
@@ -131,8 +135,12 @@ def hub_tree(files: dict[str, bytes]) -> list[dict[str, Any]]:
     """The hub's tree API answer: folders, plain git files (git blob oid) and LFS files (sha256 in `lfs.oid`)."""
     entries: list[dict[str, Any]] = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": "tokenizer"}]
     for path, data in sorted(files.items()):
-        entry: dict[str, Any] = {"type": "file", "size": len(data), "path": path,
-                                 "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}  # fmt: skip
+        entry: dict[str, Any] = {
+            "type": "file",
+            "size": len(data),
+            "path": path,
+            "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
+        }
         if path in LFS:
             entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
         entries.append(entry)
@@ -185,10 +193,20 @@ def running_nginx(prefix: Path, mirror: Mirror, port: int) -> Iterator[Nginx]:
     prefix.mkdir(parents=True, exist_ok=True)
     log = prefix / "access.log"
     config = prefix / "nginx.conf"
-    config.write_text(_CONFIG.format(prefix=prefix, port=port, log=log, main=mirror.root, other=mirror.other,
-                                     checkpoint=CHECKPOINT, revision=REVISION))  # fmt: skip
-    server = subprocess.Popen([NGINX, "-c", str(config), "-p", str(prefix), "-g", "daemon off;"],
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    config.write_text(
+        _CONFIG.format(
+            prefix=prefix,
+            port=port,
+            log=log,
+            main=mirror.root,
+            other=mirror.other,
+            checkpoint=CHECKPOINT,
+            revision=REVISION,
+        )
+    )
+    server = subprocess.Popen(
+        [NGINX, "-c", str(config), "-p", str(prefix), "-g", "daemon off;"], stderr=subprocess.DEVNULL
+    )
     try:
         _wait_listening(port, server, prefix / "error.log")
         yield Nginx(f"http://127.0.0.1:{port}", log)

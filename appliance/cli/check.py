@@ -42,15 +42,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
     composed = resolve_config(tuple(args.overrides), matrix, lambda: host, site_dir=args.site_dir)
     installed = installed_classes(composed, matrix) if args.probe else None
     validated = validate(composed, matrix, installed=installed)
-    options = PilotOptions(engine_url=args.engine_url, releases=args.releases, contract=args.contract,
-                           probe=args.probe)  # fmt: skip
+    options = PilotOptions(engine_url=args.engine_url, releases=args.releases, contract=args.contract, probe=args.probe)
     report = run_pilot(validated, build_plan(validated), host, options)
     if args.report:
         try:
             args.report.write_text(report_markdown(report))
         except OSError as error:
-            raise ConfigError((Problem("report-unwritable", "--report", f"{args.report}: {error.strerror}",
-                                       "Choose a writable path"),)) from None  # fmt: skip
+            raise ConfigError(
+                (
+                    Problem(
+                        code="report-unwritable",
+                        key="--report",
+                        message=f"{args.report}: {error.strerror}",
+                        fix="Choose a writable path",
+                    ),
+                )
+            ) from None
     if args.json:
         out.print_json(data=report_json(report))
         return 1 if report.verdict == "fail" else 0
@@ -90,8 +97,12 @@ def register(command: Command) -> None:
     check.add_argument("--releases", default=str(RELEASES_FILE), help="vLLM release list file, or `index` (PyPI)")
     check.add_argument("--contract", type=Path, default=CONTRACT_FILE, help="recorded client contract (JSON)")
     check.add_argument("--host-root", type=Path, default=Path("/"), help="read /dev and /sys from a recorded tree")
-    check.add_argument("--no-probe", dest="probe", action="store_false",
-                       help="skip asking the engine's own config code (engine.config)")  # fmt: skip
+    check.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="skip asking the engine's own config code (engine.config)",
+    )
     record = command("api-contract", _cmd_api_contract)
     record.add_argument("--engine-url", default="http://127.0.0.1:8000", help="the running engine to record")
     record.add_argument("--out", type=Path, help="write it here (e.g. build/openapi-contract.json)")

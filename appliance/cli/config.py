@@ -143,8 +143,11 @@ def _print_plan(plan: LaunchPlan) -> None:
         out.print(f"# judged under vllm-tt-plugin state {plan.plugin_state}", markup=False)
     if share := plan.host_share:
         cores = f"the host's less the {share.reserve_cores} lowest" if share.reserve_cores else "every core"
-        out.print(f"# host share: the engine and its probe in a cgroup of their own at CPU weight {share.weight} "
-                  f"(an ordinary process: 100), on {cores}", markup=False)  # fmt: skip
+        out.print(
+            f"# host share: the engine and its probe in a cgroup of their own at CPU weight {share.weight} "
+            f"(an ordinary process: 100), on {cores}",
+            markup=False,
+        )
     for change in plan.adjustments:
         how = "set in this plan" if change.explicit else "the plugin's doing"
         out.print(f"# the plugin adjusts ({how}): {change.effect}", markup=False)
@@ -169,18 +172,46 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         if (args.mesh is None or d.mesh == args.mesh) and (args.model in (None, f.family, c.checkpoint))
     ]
     if args.json:
-        out.print_json(data=[{"family": f.family, "checkpoint": c.checkpoint, **_row(d),
-                              "fit": {"bucket": fit.bucket, "reasons": list(fit.reasons),
-                                      "unverified": list(fit.unverified)}} for f, c, d, fit in rows])  # fmt: skip
+        out.print_json(
+            data=[
+                {
+                    "family": f.family,
+                    "checkpoint": c.checkpoint,
+                    **_row(d),
+                    "fit": {"bucket": fit.bucket, "reasons": list(fit.reasons), "unverified": list(fit.unverified)},
+                }
+                for f, c, d, fit in rows
+            ]
+        )
         return 0
-    table = Table("family", "checkpoint", "mesh", "status", "context", "concurrency", "dp", "precisions", "verdict",
-                  title=f"under vllm-tt-plugin {state.label}")  # fmt: skip
+    table = Table(
+        "family",
+        "checkpoint",
+        "mesh",
+        "status",
+        "context",
+        "concurrency",
+        "dp",
+        "precisions",
+        "verdict",
+        title=f"under vllm-tt-plugin {state.label}",
+    )
     for f, c, d, fit in rows:
-        needs = " ".join(n for n in (f"fw≥{d.firmware_min}" if d.firmware_min else "",
-                                     f"kmd≥{d.kmd_min}" if d.kmd_min else "") if n)  # fmt: skip
+        needs = " ".join(
+            n for n in (f"fw≥{d.firmware_min}" if d.firmware_min else "", f"kmd≥{d.kmd_min}" if d.kmd_min else "") if n
+        )
         verdict = fit.line() + (f" ({needs})" if needs else "")
-        table.add_row(f.family, c.checkpoint, d.mesh, d.status, str(d.max_context), str(d.max_concurrency),
-                      str(d.data_parallel), ",".join(d.precisions), verdict)  # fmt: skip
+        table.add_row(
+            f.family,
+            c.checkpoint,
+            d.mesh,
+            d.status,
+            str(d.max_context),
+            str(d.max_concurrency),
+            str(d.data_parallel),
+            ",".join(d.precisions),
+            verdict,
+        )
     out.print(table)
     return 0
 

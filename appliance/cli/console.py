@@ -29,7 +29,16 @@ def _cmd_console(args: argparse.Namespace) -> int:
     ]
     targets = [slot for t in targets for slot in expand_slots(t)]
     if len({t.name for t in targets}) != len(targets):
-        raise ConfigError((Problem("duplicate-appliance", "--url", "an appliance is listed twice", "List each once"),))
+        raise ConfigError(
+            (
+                Problem(
+                    code="duplicate-appliance",
+                    key="--url",
+                    message="an appliance is listed twice",
+                    fix="List each once",
+                ),
+            )
+        )
     found = entry_points(group="appliance.console", name="textual")
     if not found:
         raise LaunchError("the operator console is not installed (entry point appliance.console:textual): reinstall")

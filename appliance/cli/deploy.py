@@ -27,8 +27,12 @@ def plan_all_sites(args: argparse.Namespace) -> int:
 
     sites = plan_sites(args.overrides, load_matrix(), discover_host, args.site_dir)
     if args.json:
-        out.print_json(data=[{"site": s.name, "ok": s.ok, "plan": s.plan.to_json() if s.plan else None,
-                              **findings(s.problems)} for s in sites])  # fmt: skip
+        out.print_json(
+            data=[
+                {"site": s.name, "ok": s.ok, "plan": s.plan.to_json() if s.plan else None, **findings(s.problems)}
+                for s in sites
+            ]
+        )
     for site in [] if args.json else sites:
         plan = site.plan
         head = f"{plan.checkpoint} on {plan.mesh} ({plan.engine}), config {plan.config_hash}" if plan else "invalid"
@@ -86,10 +90,14 @@ def _check_upgrade(args: argparse.Namespace) -> int:
         if report.target != report.current:
             out.print(f"sites: no recorded plugin contract for vLLM {report.target}; verdicts not judged", markup=False)
         return 2 if report.blocked else 0
-    changes = [c for c in site_changes(states, report.target, load_matrix(), discover_host, args.overrides,
-                                       args.site_dir) if c.changed]  # fmt: skip
-    out.print(f"sites whose verdict changes under vllm-tt-plugin {target.label}: {len(changes) or 'none'}",
-              markup=False)  # fmt: skip
+    changes = [
+        c
+        for c in site_changes(states, report.target, load_matrix(), discover_host, args.overrides, args.site_dir)
+        if c.changed
+    ]
+    out.print(
+        f"sites whose verdict changes under vllm-tt-plugin {target.label}: {len(changes) or 'none'}", markup=False
+    )
     for change in changes:
         out.print(f"  site {change.site}: {change.before} -> {change.after}", markup=False)
         for problem in change.appeared:
@@ -112,15 +120,20 @@ def _print_manifest(manifest: Any, as_json: bool) -> int:
     if as_json:
         out.print_json(data=manifest.to_json())
         return 0 if manifest.ok else 3
-    out.print(f"engine {manifest.engine}: {manifest.interpreter} (Python {manifest.python}), "
-              f"{len(manifest.distributions)} distributions, config {manifest.config_hash}", markup=False)  # fmt: skip
+    out.print(
+        f"engine {manifest.engine}: {manifest.interpreter} (Python {manifest.python}), "
+        f"{len(manifest.distributions)} distributions, config {manifest.config_hash}",
+        markup=False,
+    )
     for row in manifest.pins:
         out.print(f"  {row.name}: pinned {row.pinned}, installed {row.installed or 'nothing'}", markup=False)
     out.print("pins hold" if manifest.ok else f"drift ({len(manifest.drift)}):", markup=False)
     for line in manifest.drift:
         out.print(f"  {line}", markup=False)
-    out.print(f"host: {len(manifest.host.boards)} Tenstorrent board(s), kmd {manifest.host.kmd_version or 'none'}",
-              markup=False)  # fmt: skip
+    out.print(
+        f"host: {len(manifest.host.boards)} Tenstorrent board(s), kmd {manifest.host.kmd_version or 'none'}",
+        markup=False,
+    )
     return 0 if manifest.ok else 3
 
 
@@ -151,15 +164,17 @@ def _render_watch(args: argparse.Namespace) -> int:
     from appliance.deploy.prometheus import RULES_FILE, AlertOptions, render_prometheus
 
     if args.credentials_dir is None:
-        raise _missing("--credentials-dir", "Prometheus reads each appliance's token from a file named after its "
-                       "token_env there (mode 0600)")  # fmt: skip
+        raise _missing(
+            "--credentials-dir",
+            "Prometheus reads each appliance's token from a file named after its token_env there (mode 0600)",
+        )
     options = AlertOptions(**{f.name: getattr(args, f.name) for f in fields(AlertOptions)})
     files = render_prometheus(site, entries, args.credentials_dir, options, str(args.site_file), args.docs_url)
     return _emit(args.out, {"prometheus.yml": files.config, RULES_FILE: files.rules})
 
 
 def _missing(flag: str, why: str) -> ConfigError:
-    return ConfigError((Problem("missing-flag", flag, f"{why}: none given", f"Pass {flag}"),))
+    return ConfigError((Problem(code="missing-flag", key=flag, message=f"{why}: none given", fix=f"Pass {flag}"),))
 
 
 def _emit(directory: Path | None, files: dict[str, str]) -> int:
@@ -195,8 +210,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
             load_gate_file(args.gates)  # judged here, so a pod never starts on a gate file it would refuse
             gates = args.gates.read_text()
-        manifests = render_k8s(validated_config(pod, load_matrix()), image=args.image, name=args.name,
-                               replicas=args.replicas, gates=gates)  # fmt: skip
+        manifests = render_k8s(
+            validated_config(pod, load_matrix()), image=args.image, name=args.name, replicas=args.replicas, gates=gates
+        )
         if args.out is None:
             out.print(manifests.yaml(), markup=False, end="")
         for path in manifests.write(args.out) if args.out else ():
@@ -205,8 +221,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from appliance.deploy.systemd import render_systemd
 
     appliance = str(Path(sys.executable).with_name("appliance"))
-    unit = render_systemd(build_plan(validated_config(args, load_matrix())), args.overrides, appliance=appliance,
-                          site_dir=args.site_dir)  # fmt: skip
+    unit = render_systemd(
+        build_plan(validated_config(args, load_matrix())), args.overrides, appliance=appliance, site_dir=args.site_dir
+    )
     if args.out is None:
         out.print(unit.text, markup=False, end="")
         return 0
@@ -222,12 +239,20 @@ def _watch_arguments(render: argparse.ArgumentParser) -> None:
     render.add_argument("--site-file", type=Path, help="ansible, prometheus, grafana: the site's appliances (YAML)")
     render.add_argument("--job", help="prometheus, grafana: the site's job name (default: the site file's name)")
     render.add_argument("--credentials-dir", type=Path, help="prometheus: a file per token_env holding its token")
-    render.add_argument("--docs-url", default=DOCS_URL, help="prometheus: where the site serves this documentation; "
-                        "each alert's runbook_url points into it (`make docs` builds it)")  # fmt: skip
+    render.add_argument(
+        "--docs-url",
+        default=DOCS_URL,
+        help="prometheus: where the site serves this documentation; "
+        "each alert's runbook_url points into it (`make docs` builds it)",
+    )
     for item in fields(AlertOptions):
         default = item.default
-        render.add_argument(f"--{item.name.replace('_', '-')}", type=type(default), default=default,
-                            help=f"prometheus: {item.metadata['help']} (default {default})")  # fmt: skip
+        render.add_argument(
+            f"--{item.name.replace('_', '-')}",
+            type=type(default),
+            default=default,
+            help=f"prometheus: {item.metadata['help']} (default {default})",
+        )
 
 
 def register(command: Command) -> None:
@@ -243,10 +268,20 @@ def register(command: Command) -> None:
     image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
     render.add_argument("--name", help="k8s: resource name (default tt-appliance-<site>)")
-    render.add_argument("--replicas", type=int, default=1, choices=range(1, 65), metavar="N",
-                        help="k8s: appliances in the Deployment (1-64), rolled one at a time")  # fmt: skip
-    render.add_argument("--gates", type=Path, help="k8s: a gate file; each new pod is ready only once it passed "
-                        "these gates (`serve --gates`; docs: Generations and upgrades)")  # fmt: skip
+    render.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        choices=range(1, 65),
+        metavar="N",
+        help="k8s: appliances in the Deployment (1-64), rolled one at a time",
+    )
+    render.add_argument(
+        "--gates",
+        type=Path,
+        help="k8s: a gate file; each new pod is ready only once it passed "
+        "these gates (`serve --gates`; docs: Generations and upgrades)",
+    )
     _watch_arguments(render)
     for cmd in (build, manifest, render):
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. engine=cpu or site=lab-t3k")

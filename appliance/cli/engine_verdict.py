@@ -32,13 +32,20 @@ __all__ = [
 
 # Effective values in the order an operator reads them, with the short name the summary line uses.
 _SHOWN = (
-    ("max_model_len", "max_model_len"), ("max_num_seqs", "max_num_seqs"),
-    ("max_num_batched_tokens", "max_num_batched_tokens"), ("enable_chunked_prefill", "chunked_prefill"),
-    ("enable_prefix_caching", "prefix_caching"), ("async_scheduling", "async_scheduling"),
-    ("scheduler_cls", "scheduler"), ("data_parallel_size", "data_parallel"), ("speculative", "speculative"),
-    ("disable_any_whitespace", "compact_json"), ("generation_config", "generation_config"), ("dtype", "dtype"),
+    ("max_model_len", "max_model_len"),
+    ("max_num_seqs", "max_num_seqs"),
+    ("max_num_batched_tokens", "max_num_batched_tokens"),
+    ("enable_chunked_prefill", "chunked_prefill"),
+    ("enable_prefix_caching", "prefix_caching"),
+    ("async_scheduling", "async_scheduling"),
+    ("scheduler_cls", "scheduler"),
+    ("data_parallel_size", "data_parallel"),
+    ("speculative", "speculative"),
+    ("disable_any_whitespace", "compact_json"),
+    ("generation_config", "generation_config"),
+    ("dtype", "dtype"),
     ("kv_cache_bytes", "kv_cache_bytes"),
-)  # fmt: skip
+)
 
 
 def ask_engine(plan: LaunchPlan, boards: tuple[Board, ...] = (), lock_dir: Path | None = None) -> EngineVerdict:
@@ -113,11 +120,13 @@ def _media_line(effective: Mapping[str, Any]) -> list[str]:
         return []
     hosts = effective.get("allowed_media_domains")
     cap = effective.get("max_media_download_size_mb")
-    return [f"  media: hosts={','.join(hosts) if hosts else 'any (the media gate refuses every one)'} "
-            f"local_folder={effective['allowed_local_media_path']} "
-            f"redirects={_value(effective.get('media_url_allow_redirects'))} "
-            f"download_cap={f'{cap}MB' if cap is not None else 'none in this vLLM (the gate caps)'} "
-            f"through={effective.get('media_proxy') or 'nothing'}"]  # fmt: skip
+    return [
+        f"  media: hosts={','.join(hosts) if hosts else 'any (the media gate refuses every one)'} "
+        f"local_folder={effective['allowed_local_media_path']} "
+        f"redirects={_value(effective.get('media_url_allow_redirects'))} "
+        f"download_cap={f'{cap}MB' if cap is not None else 'none in this vLLM (the gate caps)'} "
+        f"through={effective.get('media_proxy') or 'nothing'}"
+    ]
 
 
 def verdict_json(verdict: EngineVerdict) -> dict[str, Any]:
@@ -130,7 +139,12 @@ def verdict_json(verdict: EngineVerdict) -> dict[str, Any]:
 def refused(verdict: EngineVerdict) -> ConfigError:
     """The engine's refusal as a config error (exit 2): the config asks for what the engine will not run."""
     message = f"vLLM {verdict.vllm}'s own config code refused this plan: {(verdict.refusal or '').rstrip('.')}"
-    problem = Problem("engine-refused", "engine", message, "Change the setting the refusal names; nothing was started")
+    problem = Problem(
+        code="engine-refused",
+        key="engine",
+        message=message,
+        fix="Change the setting the refusal names; nothing was started",
+    )
     return ConfigError((problem,))
 
 

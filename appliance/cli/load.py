@@ -63,8 +63,14 @@ class _LoadProgressBar:
     def __enter__(self) -> _LoadProgressBar:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err.console)  # fmt: skip
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=err.console,
+        )
         self.console = self._bar.console
         self._bar.__enter__()
         self._task = self._bar.add_task("starting", total=None, detail="")

@@ -30,7 +30,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from appliance.quality.run import run_eval
 
     if args.min_accuracy is not None and not 0.0 <= args.min_accuracy <= 1.0:
-        problem = Problem("bad-option", "--min-accuracy", f"{args.min_accuracy} is not a share", "Use 0 to 1, e.g. 0.6")
+        problem = Problem(
+            code="bad-option",
+            key="--min-accuracy",
+            message=f"{args.min_accuracy} is not a share",
+            fix="Use 0 to 1, e.g. 0.6",
+        )
         raise ConfigError((problem,))
     evalset = load_eval_set(args.set)
     validated = validated_config(args, load_matrix())
@@ -49,8 +54,9 @@ def _print_report(report: EvalReport) -> None:
     for result in report.results:
         reply = " ".join(result.reply.split())
         reply = reply if len(reply) <= _REPLY_WIDTH else reply[: _REPLY_WIDTH - 1] + "…"
-        table.add_row("[green]✓[/]" if result.correct else "[red]✗[/]", result.question, " / ".join(result.answers),
-                      reply)  # fmt: skip
+        table.add_row(
+            "[green]✓[/]" if result.correct else "[red]✗[/]", result.question, " / ".join(result.answers), reply
+        )
     out.print(table)
     out.print(
         f"accuracy {report.correct}/{len(report.results)} ({report.accuracy:.0%}) on {report.eval_set}: "

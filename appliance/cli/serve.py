@@ -100,15 +100,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 async def _judged(plan: LaunchPlan, gate: GatedEngine, media: MediaGate | None) -> None:
     """The waiting engine's verdict (preflight/engine_gate.py), printed as `plan --probe` prints it; a refusal is
     exit 2 with nothing listening, and so is a vision engine whose fetches would not go through its media gate."""
-    err.print(f"asking the engine's config code ({plan.python}) about this plan, in the engine's process ...",
-              markup=False)  # fmt: skip
+    err.print(
+        f"asking the engine's config code ({plan.python}) about this plan, in the engine's process ...", markup=False
+    )
     verdict = await gate.judge()
     print_verdict(verdict)
     if not verdict.accepted:
         raise refused(verdict)
     if media is not None and verdict.effective.get("media_proxy") != media.url:
-        raise LaunchError(f"the engine would fetch images through {verdict.effective.get('media_proxy') or 'no proxy'}"
-                          f", not the appliance's media gate {media.url}: nothing was started")  # fmt: skip
+        raise LaunchError(
+            f"the engine would fetch images through {verdict.effective.get('media_proxy') or 'no proxy'}"
+            f", not the appliance's media gate {media.url}: nothing was started"
+        )
 
 
 def _planned(args: argparse.Namespace, overrides: tuple[str, ...], against: str | None) -> Planned:
@@ -158,14 +161,16 @@ def _resumed_journal(args: argparse.Namespace, plan: LaunchPlan) -> Journal:
 
     site_dir = str(args.site_dir) if args.site_dir else None
     first = GenerationDocument(plan.config_hash, tuple(args.overrides), plan.python, time.time())
-    journal = resume(read_journal(journal_path(plan.state_dir, plan.control.port)), tuple(args.overrides), site_dir,
-                     first)  # fmt: skip
+    journal = resume(
+        read_journal(journal_path(plan.state_dir, plan.control.port)), tuple(args.overrides), site_dir, first
+    )
     last = journal.last
     if last is not None and last.outcome != "passed":
         err.print(f"last upgrade {last.old.id} -> {last.new.id} {last.outcome}: {last.reason}", markup=False)
     if journal.current.id != first.id:
-        err.print(f"serving generation {journal.current.id}, upgraded from {first.id} (`appliance status`)",
-                  markup=False)  # fmt: skip
+        err.print(
+            f"serving generation {journal.current.id}, upgraded from {first.id} (`appliance status`)", markup=False
+        )
     return journal
 
 
@@ -188,8 +193,12 @@ def control_token(args: argparse.Namespace) -> str:
     try:
         return Path(args.token_file).read_text().strip()
     except OSError as error:
-        problem = Problem("token-file", "--token-file", f"cannot read {args.token_file}: {error.strerror}",
-                          "Pass the token file `serve` printed, or set the token env var")  # fmt: skip
+        problem = Problem(
+            code="token-file",
+            key="--token-file",
+            message=f"cannot read {args.token_file}: {error.strerror}",
+            fix="Pass the token file `serve` printed, or set the token env var",
+        )
         raise ConfigError((problem,)) from None
 
 
@@ -244,14 +253,18 @@ def _detail_lines(state: StateDocument, load: LoadSummary | None) -> list[str]:
     lines = [_boot_line(state.boot)] if state.boot is not None else []
     lines += generation_lines(state.generation, state.previous_generation, state.upgrade)
     if state.weights is not None:
-        lines.append(f"weights: {state.weights.checkpoint}@{state.weights.revision} from {state.weights.entry}, "
-                     f"checked against {state.weights.lock_file} before boot")  # fmt: skip
+        lines.append(
+            f"weights: {state.weights.checkpoint}@{state.weights.revision} from {state.weights.entry}, "
+            f"checked against {state.weights.lock_file} before boot"
+        )
     if state.tensor_cache is not None:
         lines.append(_cache_line(state.tensor_cache))
     if state.boards is not None:
         lines.append(state.boards.heading())
-        lines += [f"  {b.name} {b.state}: {b.readings()}; {b.trends()}" + (f"; {b.reason}" if b.reason else "")
-                  for b in state.boards.boards]  # fmt: skip
+        lines += [
+            f"  {b.name} {b.state}: {b.readings()}; {b.trends()}" + (f"; {b.reason}" if b.reason else "")
+            for b in state.boards.boards
+        ]
     if state.quarantined:
         lines.append("quarantined: the device fault came back after a board reset; the host needs hands")
     if state.last_error:
@@ -318,8 +331,10 @@ def _load_line(load: LoadSummary, limit: int | None) -> str:
         return "n/a" if value is None else f"{value:.0f}"
 
     kv = "n/a" if load.kv_usage is None else f"{load.kv_usage:.1%}"
-    return (f"running {count(load.running)}/{limit}  waiting {count(load.waiting)}  KV {kv}  since start: TTFT p50/p99 "
-            f"{pct(load.ttft)}  ITL {pct(load.itl)}  e2e {pct(load.e2e)}")  # fmt: skip
+    return (
+        f"running {count(load.running)}/{limit}  waiting {count(load.waiting)}  KV {kv}  since start: TTFT p50/p99 "
+        f"{pct(load.ttft)}  ITL {pct(load.itl)}  e2e {pct(load.e2e)}"
+    )
 
 
 def register(command: Command) -> None:
@@ -327,13 +342,22 @@ def register(command: Command) -> None:
     serve = command("serve", _cmd_serve)
     serve.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +model=llama mesh=t3k")
     serve.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
-    serve.add_argument("--fetch", action="store_true", help="fetch a pinned checkpoint the store lacks before boot "
-                       "(hundreds of GB: otherwise a deliberate `appliance fetch`, scheduled ahead)")  # fmt: skip
-    serve.add_argument("--no-probe", dest="probe", action="store_false",
-                       help="boot without asking the engine's config code first")  # fmt: skip
-    serve.add_argument("--gates", type=Path, help="hold this boot out of rotation until it passes these gates "
-                       "against their recorded baseline (a Kubernetes rollout's gate; docs: Generations and "
-                       "upgrades)")  # fmt: skip
+    serve.add_argument(
+        "--fetch",
+        action="store_true",
+        help="fetch a pinned checkpoint the store lacks before boot "
+        "(hundreds of GB: otherwise a deliberate `appliance fetch`, scheduled ahead)",
+    )
+    serve.add_argument(
+        "--no-probe", dest="probe", action="store_false", help="boot without asking the engine's config code first"
+    )
+    serve.add_argument(
+        "--gates",
+        type=Path,
+        help="hold this boot out of rotation until it passes these gates "
+        "against their recorded baseline (a Kubernetes rollout's gate; docs: Generations and "
+        "upgrades)",
+    )
     status = command("status", _cmd_status)
     drain = command("drain", _cmd_drain)
     for cmd in (status, drain):

@@ -40,8 +40,16 @@ __all__ = ["merged_overrides", "register"]
 
 _EXIT = {"passed": 0, "rolled-back": 1, "interrupted": 4, "failed": 4}
 _JUDGE_TIMEOUT_S = 900.0  # the appliance answers POST /upgrade after building the model and probing (tt: 300 s)
-_GATE_FLAGS = ("ready_s", "eval_tolerance", "eval_set", "load_duration_s", "load_requests", "goodput_tolerance",
-               "ttft_tolerance", "skip")  # fmt: skip
+_GATE_FLAGS = (
+    "ready_s",
+    "eval_tolerance",
+    "eval_set",
+    "load_duration_s",
+    "load_requests",
+    "goodput_tolerance",
+    "ttft_tolerance",
+    "skip",
+)
 _PLACE = ("paths.cache_dir", "paths.state_dir")
 """Keys the appliance resolved from its own environment (HOME, APPLIANCE_CACHE_DIR), which this command's need not
 share: the model store and the weights locks lie under them."""
@@ -68,8 +76,9 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         state, generation = _serving(api)
         change = list(args.overrides)
         if args.fetch:
-            return _fetch(args.url, state, merged_overrides(generation.overrides, change),
-                          args.against or generation.against)  # fmt: skip
+            return _fetch(
+                args.url, state, merged_overrides(generation.overrides, change), args.against or generation.against
+            )
         if args.build_dir is not None:
             python = _built(args.build_dir, api.state())
             change = [o for o in change if _key(o) != "engine.python"] + [f"engine.python={python}"]
@@ -77,8 +86,11 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         record = _judged(api, merged_overrides(generation.overrides, change), against, gates, args.check)
         if record.old.id == record.new.id or args.check:
             verb = "would upgrade" if record.old.id != record.new.id else "nothing to change, serving"
-            out.print(f"{args.url}: {verb} generation {record.old.id}" + (
-                f" -> {record.new.id}" if record.old.id != record.new.id else ""), markup=False)  # fmt: skip
+            out.print(
+                f"{args.url}: {verb} generation {record.old.id}"
+                + (f" -> {record.new.id}" if record.old.id != record.new.id else ""),
+                markup=False,
+            )
             return 0
         out.print(f"{args.url}: upgrading generation {record.old.id} -> {record.new.id}", markup=False)
         final = _follow(api, record.started, args.json)
@@ -117,8 +129,9 @@ def _fetch(url: str, state: StateDocument, overrides: tuple[str, ...], against: 
     asked = argparse.Namespace(overrides=composed, site_dir=site_dir, against=against)
     plan = build_plan(validated_config(asked, load_matrix()))
     if plan.weights is None:
-        out.print(f"{url}: nothing to fetch: the new generation pins no hub checkpoint ({plan.checkpoint})",
-                  markup=False)  # fmt: skip
+        out.print(
+            f"{url}: nothing to fetch: the new generation pins no hub checkpoint ({plan.checkpoint})", markup=False
+        )
         return 0
     fetch_weights(plan, [*composed, *(["--site-dir", str(site_dir)] if site_dir else [])])
     return 0
@@ -134,14 +147,15 @@ def _built(build_dir: Path, state: StateDocument) -> str:
     return str(build_environment(where, state.engine, build_dir))
 
 
-def _judged(api: SyncControlClient, overrides: tuple[str, ...], against: str | None, gates: object,
-            check: bool) -> UpgradeDocument:  # fmt: skip
+def _judged(
+    api: SyncControlClient, overrides: tuple[str, ...], against: str | None, gates: object, check: bool
+) -> UpgradeDocument:
     """The appliance's verdict on the new generation: its record, or its refusal (exit 2; 3 while one runs)."""
     try:
         return api.upgrade(overrides, against, gates if isinstance(gates, dict) else {}, check=check)
     except ApiError as error:
         if error.status == 400:
-            raise ConfigError((Problem("upgrade-refused", api.target.name, error.reason),)) from None
+            raise ConfigError((Problem(code="upgrade-refused", key=api.target.name, message=error.reason),)) from None
         raise LaunchError(f"{error}; nothing was changed") from None
 
 
@@ -171,8 +185,9 @@ def _follow(api: SyncControlClient, started: float, quiet: bool) -> UpgradeDocum
 
 
 def _lost(api: SyncControlClient, why: str) -> EngineError:
-    return EngineError(f"{api.target.name}: lost the appliance mid-upgrade ({why}); `appliance status` says which "
-                       "generation it serves")  # fmt: skip
+    return EngineError(
+        f"{api.target.name}: lost the appliance mid-upgrade ({why}); `appliance status` says which generation it serves"
+    )
 
 
 def _step_line(name: str, started: float, ended: float | None, detail: str) -> str:
@@ -189,14 +204,26 @@ def register(command: Command) -> None:
     cmd.add_argument("--token-env", default="APPLIANCE_TOKEN", help="env var holding the control API token")
     cmd.add_argument("--token-file", help="token file that `serve` printed")
     cmd.add_argument("--ca-file", help="CA bundle that verifies an https control API (control.tls)")
-    cmd.add_argument("--build-dir", type=Path, help="new engine pins: a build/ directory whose recipe is built "
-                     "beside the running environment, named by its pins' hash")  # fmt: skip
-    cmd.add_argument("--against", metavar="vllm=X", help="a new plugin state: judge and serve the generation under "
-                     "the recorded state that targets vLLM X (default: the serving generation's)")  # fmt: skip
+    cmd.add_argument(
+        "--build-dir",
+        type=Path,
+        help="new engine pins: a build/ directory whose recipe is built "
+        "beside the running environment, named by its pins' hash",
+    )
+    cmd.add_argument(
+        "--against",
+        metavar="vllm=X",
+        help="a new plugin state: judge and serve the generation under "
+        "the recorded state that targets vLLM X (default: the serving generation's)",
+    )
     mode = cmd.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="judge the change only; change nothing")
-    mode.add_argument("--fetch", action="store_true", help="fetch and verify the new generation's pinned weights into"
-                      " this host's model store, changing nothing in the appliance (a roll's first play)")  # fmt: skip
+    mode.add_argument(
+        "--fetch",
+        action="store_true",
+        help="fetch and verify the new generation's pinned weights into"
+        " this host's model store, changing nothing in the appliance (a roll's first play)",
+    )
     cmd.add_argument("--json", action="store_true", help="the final upgrade record as JSON")
     gates = cmd.add_argument_group("gates (each has a default and a range; see the docs, Generations and upgrades)")
     gates.add_argument("--ready-s", type=float, help="boot budget (default: the new plan's ready_timeout_s)")

@@ -25,13 +25,17 @@ def register(command: Command) -> None:
     fetch = command("fetch", _cmd_fetch)
     fetch.add_argument("overrides", nargs="*", help="Hydra overrides naming the config whose checkpoint to fetch")
     fetch.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files (and their locks)")
-    fetch.add_argument("--verify", action="store_true",
-                       help="hash every stored file against its lock, fetching nothing (a boot does not)")  # fmt: skip
+    fetch.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every stored file against its lock, fetching nothing (a boot does not)",
+    )
     store = command("store", _cmd_store)
     store.add_argument("overrides", nargs="*", help="Hydra overrides naming the site and paths whose store to list")
     store.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files (and their locks)")
-    store.add_argument("--prune", action="store_true",
-                       help="remove every revision no current or rollback generation on this host uses")  # fmt: skip
+    store.add_argument(
+        "--prune", action="store_true", help="remove every revision no current or rollback generation on this host uses"
+    )
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
@@ -47,8 +51,11 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
         lock = _verified(weights, full=True, overrides=args.overrides)
         size = sum(f.size for f in lock.files)
         elapsed = time.monotonic() - started
-        out.print(f"verified: {weights.checkpoint}@{weights.revision}, {len(lock.files)} files, {size / _GB:.2f} GB "
-                  f"hashed in {elapsed:.1f} s ({size / _GB / max(elapsed, 1e-9):.2f} GB/s)", markup=False)  # fmt: skip
+        out.print(
+            f"verified: {weights.checkpoint}@{weights.revision}, {len(lock.files)} files, {size / _GB:.2f} GB "
+            f"hashed in {elapsed:.1f} s ({size / _GB / max(elapsed, 1e-9):.2f} GB/s)",
+            markup=False,
+        )
         return 0
     fetch_weights(plan, args.overrides)
     return 0
@@ -70,24 +77,39 @@ def fetch_weights(plan: LaunchPlan, overrides: list[str]) -> None:
     assert weights is not None
     lock = recorded_lock(weights)
     source = open_source(weights.source, token=Token(env=weights.token_env, file=_path(weights.token_file)))
-    err.print(f"fetching {weights.checkpoint}@{weights.revision} from {weights.source} into {weights.store} "
-              f"({'checked against ' + weights.lock_file if lock else 'no lock yet: it is recorded now'})",
-              markup=False)  # fmt: skip
+    err.print(
+        f"fetching {weights.checkpoint}@{weights.revision} from {weights.source} into {weights.store} "
+        f"({'checked against ' + weights.lock_file if lock else 'no lock yet: it is recorded now'})",
+        markup=False,
+    )
     started = time.monotonic()
     try:
-        done = fetch(source, weights.checkpoint, weights.revision, Path(weights.store), lock, jobs=weights.jobs,
-                     progress=FetchDisplay(err.console), disk_reserve_bytes=tensor_cache_need(plan))  # fmt: skip
+        done = fetch(
+            source,
+            weights.checkpoint,
+            weights.revision,
+            Path(weights.store),
+            lock,
+            jobs=weights.jobs,
+            progress=FetchDisplay(err.console),
+            disk_reserve_bytes=tensor_cache_need(plan),
+        )
     except WeightsError as error:
         raise mend(error, overrides) from None
     if lock is None:
         write_lock(Path(weights.lock_file), done.lock)
-        err.print(f"recorded the weights lock {weights.lock_file} (trust on first use: every later fetch and boot is "
-                  "checked against it; ship it with the site's files)", markup=False)  # fmt: skip
+        err.print(
+            f"recorded the weights lock {weights.lock_file} (trust on first use: every later fetch and boot is "
+            "checked against it; ship it with the site's files)",
+            markup=False,
+        )
     elapsed = time.monotonic() - started
     rate = decimal(int(done.downloaded_bytes / max(elapsed, 1e-9)))
     how = "already in the store" if done.joined else f"{decimal(done.downloaded_bytes)} in {elapsed:.1f} s ({rate}/s)"
-    out.print(f"fetched: {weights.checkpoint}@{weights.revision} in {done.entry} ({how}), verified against its lock",
-              markup=False)  # fmt: skip
+    out.print(
+        f"fetched: {weights.checkpoint}@{weights.revision} in {done.entry} ({how}), verified against its lock",
+        markup=False,
+    )
 
 
 def check_weights(plan: LaunchPlan, overrides: list[str]) -> None:
@@ -124,8 +146,12 @@ def _unpinned(plan: LaunchPlan) -> str:
         return f"{plan.checkpoint} is embedded: `appliance serve` builds it and checks it against its recorded hash"
     if plan.model_path.startswith("/"):
         return f"{plan.checkpoint} is a local folder"
-    problem = Problem("revision-unpinned", "model.revision", f"{plan.checkpoint} names no revision to fetch",
-                      "Set model.revision to the hub commit to serve")  # fmt: skip
+    problem = Problem(
+        code="revision-unpinned",
+        key="model.revision",
+        message=f"{plan.checkpoint} names no revision to fetch",
+        fix="Set model.revision to the hub commit to serve",
+    )
     raise ConfigError((problem,))
 
 
@@ -150,8 +176,11 @@ def _cmd_store(args: argparse.Namespace) -> int:
     for entry in listing.revisions:
         users = ", ".join(used.get((entry.checkpoint, entry.revision), ())) or "no generation on this host"
         detail = f" ({entry.detail})" if entry.detail else ""
-        out.print(f"{entry.checkpoint}@{entry.revision}  {decimal(entry.size_bytes)}  {entry.state}{detail}  "
-                  f"used by: {users}", markup=False)  # fmt: skip
+        out.print(
+            f"{entry.checkpoint}@{entry.revision}  {decimal(entry.size_bytes)}  {entry.state}{detail}  "
+            f"used by: {users}",
+            markup=False,
+        )
     for left in listing.leftovers:
         what = "a fetch running" if left.running else "an interrupted fetch: run `appliance fetch` to finish it"
         out.print(f"{left.name}  {decimal(left.size_bytes)}  staging: {what}", markup=False)

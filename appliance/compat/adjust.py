@@ -78,6 +78,8 @@ def dropped_features(v: ValidatedConfig) -> list[str]:
     if caps is None:
         return []
     cfg = v.config
-    wanted = {"prefix_caching": ("supports_prefix_caching", cfg.features.prefix_caching),
-              "async_decode": ("supports_async_decode", cfg.features.async_decode)}  # fmt: skip
+    wanted = {
+        "prefix_caching": ("supports_prefix_caching", cfg.features.prefix_caching),
+        "async_decode": ("supports_async_decode", cfg.features.async_decode),
+    }
     return [name for name, (key, on) in wanted.items() if on and not caps.declared(key)]

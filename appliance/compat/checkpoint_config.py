@@ -27,8 +27,16 @@ _FORBID: ConfigDict = {"extra": "forbid"}
 # The keys of a config.json `other` keeps: what vLLM's max_model_len derivation reads besides
 # max_position_embeddings and rope_scaling (vllm/transformers_utils/model_arch_config_convertor.py
 # derive_max_model_len_and_key and vllm/config/model.py _get_and_verify_max_len, 0.26.0 and 0.32.0).
-LENGTH_KEYS = ("n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions",
-               "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
+LENGTH_KEYS = (
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 _READ_KEYS = (*LENGTH_KEYS, "rope_parameters", "sliding_window")
 
 
@@ -69,7 +77,7 @@ def load_checkpoint_configs(path: Path) -> Mapping[str, CheckpointConfig]:
     """models/checkpoints.yaml by checkpoint name; a ConfigError names the file and key otherwise."""
     configs = load_data_file(path, _file_adapter(), "matrix", "checkpoint facts").checkpoints
     problems = [
-        Problem("matrix-invalid", f"{path.name}:checkpoints.{name}", message)
+        Problem(code="matrix-invalid", key=f"{path.name}:checkpoints.{name}", message=message)
         for name, config in configs.items()
         if (message := _inconsistency(config))
     ]
@@ -132,5 +140,9 @@ def _from_json(raw: dict[str, Any], path: Path) -> CheckpointConfig | Problem:
 
 
 def _unreadable(path: Path, why: str) -> Problem:
-    return Problem("checkpoint-config-invalid", str(path), f"the local checkpoint's config.json cannot be read: {why}",
-                   "Point model.checkpoint at a Hugging Face checkpoint folder with a valid config.json")  # fmt: skip
+    return Problem(
+        code="checkpoint-config-invalid",
+        key=str(path),
+        message=f"the local checkpoint's config.json cannot be read: {why}",
+        fix="Point model.checkpoint at a Hugging Face checkpoint folder with a valid config.json",
+    )

@@ -90,44 +90,86 @@ def check_tt_options(tt: Mapping[str, Any], state: PluginState, states: PluginSt
 def _unknown_tt_key(key: str, state: PluginState, states: PluginStates) -> Problem:
     where = f"tt.{key}"
     if key.startswith("_tt_"):
-        return Problem("tt-config-key", where, "reserved key the plugin writes itself",
-                       f"Remove {where}; use serving.data_parallel for data parallelism",
-                       change=_drop(where))  # fmt: skip
+        return Problem(
+            code="tt-config-key",
+            key=where,
+            message="reserved key the plugin writes itself",
+            fix=f"Remove {where}; use serving.data_parallel for data parallelism",
+            change=_drop(where),
+        )
     newer = states.newer_supporting(state, f"tt:{key}")
     if newer is not None:
-        return Problem("unsupported-feature", where, unsupported_at(states, state, f"tt:{key}"),
-                       f"Remove {where} or validate --against vllm={newer.vllm}", change=_drop(where))  # fmt: skip
+        return Problem(
+            code="unsupported-feature",
+            key=where,
+            message=unsupported_at(states, state, f"tt:{key}"),
+            fix=f"Remove {where} or validate --against vllm={newer.vllm}",
+            change=_drop(where),
+        )
     usable = sorted(k for k, r in state.tt_keys.items() if r.kind not in ("owned", "multi_host", "legacy"))
-    return Problem("tt-config-key", where, f"not a key vllm-tt-plugin at {state.label} reads",
-                   f"Remove {where}; the keys it reads: {', '.join(usable)}", change=_drop(where))  # fmt: skip
+    return Problem(
+        code="tt-config-key",
+        key=where,
+        message=f"not a key vllm-tt-plugin at {state.label} reads",
+        fix=f"Remove {where}; the keys it reads: {', '.join(usable)}",
+        change=_drop(where),
+    )
 
 
 def _tt_value_problem(where: str, value: Any, rule: TtKey) -> Problem | None:
     """The problem with one value under its rule, or None; the plugin's own refusal is quoted."""
     said = f"the plugin {_when(rule)}: {rule.refusal.format(value=value)}"
     if rule.kind == "enum" and value not in rule.values:
-        return Problem("tt-config-value", where, f"{value!r} is not one of {', '.join(rule.values)}; {said}",
-                       f"Set {where} to one of {', '.join(rule.values)}, or remove it",
-                       change=_drop(where))  # fmt: skip
+        return Problem(
+            code="tt-config-value",
+            key=where,
+            message=f"{value!r} is not one of {', '.join(rule.values)}; {said}",
+            fix=f"Set {where} to one of {', '.join(rule.values)}, or remove it",
+            change=_drop(where),
+        )
     if rule.kind in ("bytes", "positive_int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         what = "byte count" if rule.kind == "bytes" else "integer"
-        return Problem("tt-config-value", where, f"{value!r} is not a positive {what}; {said}",
-                       f"Set {where} to a positive integer, or remove it", change=_drop(where))  # fmt: skip
+        return Problem(
+            code="tt-config-value",
+            key=where,
+            message=f"{value!r} is not a positive {what}; {said}",
+            fix=f"Set {where} to a positive integer, or remove it",
+            change=_drop(where),
+        )
     if rule.kind == "bool" and not isinstance(value, bool):
-        return Problem("tt-config-value", where, f"{value!r} is not a boolean; {said}",
-                       f"Set {where}=true or false, or remove it", change=_drop(where))  # fmt: skip
+        return Problem(
+            code="tt-config-value",
+            key=where,
+            message=f"{value!r} is not a boolean; {said}",
+            fix=f"Set {where}=true or false, or remove it",
+            change=_drop(where),
+        )
     if rule.kind == "false_only" and value is not False:
-        return Problem("tt-config-value", where, said, f"Remove {where}", change=_drop(where))
+        return Problem(code="tt-config-value", key=where, message=said, fix=f"Remove {where}", change=_drop(where))
     if rule.kind == "owned":
-        return Problem("tt-config-key", where, f"set by the {rule.owner} config group",
-                       f"Remove {where} and use {rule.owner}=performance|accuracy", change=_drop(where))  # fmt: skip
+        return Problem(
+            code="tt-config-key",
+            key=where,
+            message=f"set by the {rule.owner} config group",
+            fix=f"Remove {where} and use {rule.owner}=performance|accuracy",
+            change=_drop(where),
+        )
     if rule.kind == "multi_host":
-        return Problem("unsupported-feature", where, said, f"Remove {where}; serve one host per appliance",
-                       change=_drop(where))  # fmt: skip
+        return Problem(
+            code="unsupported-feature",
+            key=where,
+            message=said,
+            fix=f"Remove {where}; serve one host per appliance",
+            change=_drop(where),
+        )
     if rule.kind == "legacy":
-        return Problem("tt-config-key", where, f"legacy key: {rule.refusal}",
-                       f"Remove {where}; use serving.data_parallel for data parallelism",
-                       change=_drop(where))  # fmt: skip
+        return Problem(
+            code="tt-config-key",
+            key=where,
+            message=f"legacy key: {rule.refusal}",
+            fix=f"Remove {where}; use serving.data_parallel for data parallelism",
+            change=_drop(where),
+        )
     return None
 
 
@@ -137,8 +179,11 @@ def _drop(key: str) -> tuple[str, ...]:
 
 
 def _when(rule: TtKey) -> str:
-    return {"config": "refuses it at config time", "worker": "refuses it only in the worker, after boot began",
-            "never": "does not check it"}[rule.checked]  # fmt: skip
+    return {
+        "config": "refuses it at config time",
+        "worker": "refuses it only in the worker, after boot began",
+        "never": "does not check it",
+    }[rule.checked]
 
 
 def check_tt_env(env: Mapping[str, str], state: PluginState, states: PluginStates) -> Iterator[Problem]:
@@ -147,22 +192,26 @@ def check_tt_env(env: Mapping[str, str], state: PluginState, states: PluginState
         rule, where = state.env.get(name), f"engine.env.{name}"
         if rule is None:
             if states.newer_supporting(state, f"env:{name}") is not None:
-                yield Problem("unsupported-feature", where, f"{name} is read by nobody here: "
-                              f"{unsupported_at(states, state, f'env:{name}')}", f"Remove {name}",
-                              rule=f"feature.{_feature_for_env(name)}", change=_drop(where))  # fmt: skip
+                yield Problem(
+                    code="unsupported-feature",
+                    key=where,
+                    message=f"{name} is read by nobody here: {unsupported_at(states, state, f'env:{name}')}",
+                    fix=f"Remove {name}",
+                    rule=f"feature.{_feature_for_env(name)}",
+                    change=_drop(where),
+                )
             continue
         if not _env_value_ok(rule.format, value, rule.values, rule.grid):
             allowed = ", ".join(rule.values) + (" or a '(rows, cols)' grid" if rule.grid else "")
             fix = f"Use one of {allowed}" if rule.values else "Write Arch=module.path:ClassName[,...]"
             problem = Problem(
-                "tt-env-value",
-                where,
-                f"{value!r}: {rule.refusal.format(value=value)}",
-                f"{fix}, or remove it",
+                code="tt-env-value",
+                key=where,
+                message=f"{value!r}: {rule.refusal.format(value=value)}",
+                fix=f"{fix}, or remove it",
                 change=_drop(where),
             )
-            yield _with_rule(problem,
-                             f"env.{name}", rule.status, state)  # fmt: skip
+            yield _with_rule(problem, f"env.{name}", rule.status, state)
 
 
 def _feature_for_env(name: str) -> str:
@@ -179,16 +228,24 @@ def _env_value_ok(form: str, value: str, allowed: tuple[str, ...], grid: bool) -
 def check_extra_args(args: tuple[str, ...], engine: str, state: PluginState | None) -> Iterator[Problem]:
     """Raw vLLM flags: none the plan owns, none the pinned TT engine refuses."""
     if args and not args[0].startswith("-"):
-        yield Problem("extra-args", "engine.extra_args", f"{args[0]!r} is not a flag",
-                      "Pass flags such as ['--max-logprobs', '5'] or ['--max-logprobs=5']")  # fmt: skip
+        yield Problem(
+            code="extra-args",
+            key="engine.extra_args",
+            message=f"{args[0]!r} is not a flag",
+            fix="Pass flags such as ['--max-logprobs', '5'] or ['--max-logprobs=5']",
+        )
     refused = {f: (k, r) for k, r in (state.features.items() if state and engine == "tt" else ()) for f in r.flags}
     for flag, value in flag_names(args):
         if flag in refused:
             yield from _refused_flag(flag, value, *refused[flag], state, args)
         elif flag in PLAN_OWNED_FLAGS:
-            yield Problem("flag-owned-by-config", "engine.extra_args", f"{flag} is set from {PLAN_OWNED_FLAGS[flag]}",
-                          f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead",
-                          change=extra_args_without(args, flag))  # fmt: skip
+            yield Problem(
+                code="flag-owned-by-config",
+                key="engine.extra_args",
+                message=f"{flag} is set from {PLAN_OWNED_FLAGS[flag]}",
+                fix=f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead",
+                change=extra_args_without(args, flag),
+            )
 
 
 def extra_args_without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
@@ -211,18 +268,32 @@ def _refused_flag(
         return
     if key == "max_logprobs" and state is not None:
         if value is not None and value.isdigit() and int(value) > state.max_logprobs:
-            yield _with_rule(Problem("unsupported-feature", "engine.extra_args",
-                                     f"--max-logprobs {value} exceeds the TT limit of {state.max_logprobs}: "
-                                     f"{rule.refusal}",
-                                     f"Use --max-logprobs {state.max_logprobs} or less",
-                                     change=extra_args_without(args, flag)),
-                             "feature.max_logprobs", rule.status, state)  # fmt: skip
+            yield _with_rule(
+                Problem(
+                    code="unsupported-feature",
+                    key="engine.extra_args",
+                    message=f"--max-logprobs {value} exceeds the TT limit of {state.max_logprobs}: {rule.refusal}",
+                    fix=f"Use --max-logprobs {state.max_logprobs} or less",
+                    change=extra_args_without(args, flag),
+                ),
+                "feature.max_logprobs",
+                rule.status,
+                state,
+            )
         return
     label = state.label if state else "this state"
-    yield _with_rule(Problem("unsupported-feature", "engine.extra_args",
-                             f"{flag}: {rule.reason} is not supported by vllm-tt-plugin at {label} ({rule.refusal})",
-                             f"Remove {flag} for engine=tt", change=extra_args_without(args, flag)),
-                     f"feature.{key}", rule.status, state)  # fmt: skip
+    yield _with_rule(
+        Problem(
+            code="unsupported-feature",
+            key="engine.extra_args",
+            message=f"{flag}: {rule.reason} is not supported by vllm-tt-plugin at {label} ({rule.refusal})",
+            fix=f"Remove {flag} for engine=tt",
+            change=extra_args_without(args, flag),
+        ),
+        f"feature.{key}",
+        rule.status,
+        state,
+    )
 
 
 def split_additional_config(args: tuple[str, ...], state: PluginState | None) -> ExtraArgs:
@@ -262,22 +333,36 @@ def split_additional_config(args: tuple[str, ...], state: PluginState | None) ->
 def _parse_form(form: str, flag: str, value: str | None) -> tuple[dict[str, Any], Problem | None]:
     where = "engine.extra_args"
     if value is None:
-        return {}, Problem("extra-args", where, f"{flag} has no value", f"Pass {flag} <value>")
+        return {}, Problem(code="extra-args", key=where, message=f"{flag} has no value", fix=f"Pass {flag} <value>")
     if form == "dotted":
         path = flag.removeprefix(_ADDITIONAL + ".").split(".")
         if path[0] != "tt" or len(path) != 2:
-            return {}, Problem("tt-config-key", where, f"{flag}: vllm-tt-plugin reads only additional_config['tt']"
-                               "[key]", "Write --additional-config.tt.<key> <value>",
-                               rule="additional_config.forms")  # fmt: skip
+            return {}, Problem(
+                code="tt-config-key",
+                key=where,
+                message=f"{flag}: vllm-tt-plugin reads only additional_config['tt'][key]",
+                fix="Write --additional-config.tt.<key> <value>",
+                rule="additional_config.forms",
+            )
         return {path[1]: _dotted_value(value)}, None
     try:
         data = json.loads(value)
     except json.JSONDecodeError as err:
-        return {}, Problem("extra-args", where, f"{flag}: not JSON ({err.msg})", """Pass '{"tt": {...}}'""",
-                           rule="additional_config.forms")  # fmt: skip
+        return {}, Problem(
+            code="extra-args",
+            key=where,
+            message=f"{flag}: not JSON ({err.msg})",
+            fix="""Pass '{"tt": {...}}'""",
+            rule="additional_config.forms",
+        )
     if not isinstance(data, dict) or not isinstance(data.get("tt", {}), dict) or set(data) - {"tt"}:
-        return {}, Problem("tt-config-key", where, f"{flag}: additional_config must be {{\"tt\": {{...}}}} for TT",
-                           "Set tt.<key> instead", rule="additional_config.forms")  # fmt: skip
+        return {}, Problem(
+            code="tt-config-key",
+            key=where,
+            message=f'{flag}: additional_config must be {{"tt": {{...}}}} for TT',
+            fix="Set tt.<key> instead",
+            rule="additional_config.forms",
+        )
     return dict(data.get("tt", {})), None
 
 
@@ -290,8 +375,13 @@ def _dotted_value(text: str) -> Any:
 
 
 def _form_refused(form: str, state: PluginState) -> Problem:
-    return Problem("extra-args", "engine.extra_args", f"the {form} form of --additional-config is not read at "
-                   f"{state.label}", "Set tt.<key> instead", rule="additional_config.forms")  # fmt: skip
+    return Problem(
+        code="extra-args",
+        key="engine.extra_args",
+        message=f"the {form} form of --additional-config is not read at {state.label}",
+        fix="Set tt.<key> instead",
+        rule="additional_config.forms",
+    )
 
 
 def cpu_kv_cache_bytes(args: tuple[str, ...], env: Mapping[str, str]) -> int | None:

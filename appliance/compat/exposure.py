@@ -19,19 +19,28 @@ def check_exposure(cfg: ApplianceConfig) -> list[Problem]:
     """Warnings for a non-loopback engine port without an API key and a non-loopback control API."""
     found = []
     if not _loopback(cfg.serving.host) and not cfg.serving.api_key_env:
-        found.append(Problem(
-            "open-without-api-key", "serving.host",
-            f"the OpenAI API binds {cfg.serving.host} with no API key: anyone who reaches the port can use the model",
-            "Set serving.api_key_env=<VAR> (the key stays in that variable), or bind 127.0.0.1 behind a balancer",
-            severity="warning",
-        ))  # fmt: skip
+        found.append(
+            Problem(
+                code="open-without-api-key",
+                key="serving.host",
+                message=f"the OpenAI API binds {cfg.serving.host} with no API key: "
+                "anyone who reaches the port can use the model",
+                fix="Set serving.api_key_env=<VAR> (the key stays in that variable), "
+                "or bind 127.0.0.1 behind a balancer",
+                severity="warning",
+            )
+        )
     if not _loopback(cfg.control.host) and cfg.control.tls is None:
-        found.append(Problem(
-            "control-plain-http", "control.host",
-            f"the control API binds {cfg.control.host}: its bearer token and drain/restart travel as plain HTTP",
-            "Set control.tls (cert_file, key_file, ca_file), or keep control.host=127.0.0.1",
-            severity="warning",
-        ))  # fmt: skip
+        found.append(
+            Problem(
+                code="control-plain-http",
+                key="control.host",
+                message=f"the control API binds {cfg.control.host}: "
+                "its bearer token and drain/restart travel as plain HTTP",
+                fix="Set control.tls (cert_file, key_file, ca_file), or keep control.host=127.0.0.1",
+                severity="warning",
+            )
+        )
     return found
 
 

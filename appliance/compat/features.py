@@ -66,9 +66,12 @@ class Capabilities:
 
 
 def class_capabilities(
-    arch: Architecture, row: DeviceRow, env: Mapping[str, str], state: PluginState | None = None,
+    arch: Architecture,
+    row: DeviceRow,
+    env: Mapping[str, str],
+    state: PluginState | None = None,
     installed: Mapping[str, Any] | None = None,
-) -> Capabilities:  # fmt: skip
+) -> Capabilities:
     """Every key the records mention, for the class the plugin loads under `env` and `state`.
 
     A TT_MODEL_CLASS_OVERRIDES entry for the architecture replaces the class (and so every record).
@@ -80,8 +83,16 @@ def class_capabilities(
     if installed is not None:
         keys |= set(installed)
         # A capability flag the class omits is False to the plugin; an omitted limit (max_device_top_k) is absent.
-        facts = {k: CapabilityFact(k, installed.get(k, False if k.startswith("supports_") else None), True,
-                                   f"the installed class {target}", target) for k in sorted(keys)}  # fmt: skip
+        facts = {
+            k: CapabilityFact(
+                k,
+                installed.get(k, False if k.startswith("supports_") else None),
+                True,
+                f"the installed class {target}",
+                target,
+            )
+            for k in sorted(keys)
+        }
         return Capabilities(target, facts, row.tt_metal)
     return Capabilities(target, {k: arch.capability(k, row.tt_metal, target) for k in sorted(keys)}, row.tt_metal)
 
@@ -100,10 +111,15 @@ def record_disagreements(arch: Architecture, row: DeviceRow, caps: Capabilities)
     for key, fact in caps.facts.items():
         recorded = arch.capability(key, row.tt_metal, caps.target)
         if None not in (recorded.value, fact.value) and recorded.value != fact.value:
-            yield Problem("capability-record-disagrees", "model.checkpoint",
-                          f"{caps.target} declares {key}={fact.value!r} as installed, but models/ records "
-                          f"{recorded.value!r} ({recorded.source})", "Correct the record in models/", "warning",
-                          f"capability.{key}")  # fmt: skip
+            yield Problem(
+                code="capability-record-disagrees",
+                key="model.checkpoint",
+                message=f"{caps.target} declares {key}={fact.value!r} as installed, but models/ records "
+                f"{recorded.value!r} ({recorded.source})",
+                fix="Correct the record in models/",
+                severity="warning",
+                rule=f"capability.{key}",
+            )
 
 
 def _override_target(arch: Architecture, env: Mapping[str, str]) -> str | None:
@@ -134,9 +150,13 @@ class Request:
 
 
 def check_features(
-    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState | None, states: PluginStates,
+    cfg: ApplianceConfig,
+    arch: Architecture,
+    caps: Capabilities,
+    state: PluginState | None,
+    states: PluginStates,
     req: Request,
-) -> Iterator[Problem]:  # fmt: skip
+) -> Iterator[Problem]:
     """Every requested feature against the state's rules (None: the CPU engine) and the class's capabilities."""
     wanted = {
         "prefix_caching": cfg.features.prefix_caching,
@@ -147,27 +167,40 @@ def check_features(
     }
     if state is None:
         if wanted["speculative"]:
-            yield Problem("unsupported-feature", "features.speculative", "speculative decoding is validated for "
-                          "engine=tt only", "Set features.speculative=off")  # fmt: skip
+            yield Problem(
+                code="unsupported-feature",
+                key="features.speculative",
+                message="speculative decoding is validated for engine=tt only",
+                fix="Set features.speculative=off",
+            )
         yield from (p for f in ("prefix_caching", "async_decode") if wanted[f] for p in _cpu_capability(cfg, caps, f))
         return
     for feature, on in wanted.items():
         if on:
             yield from _capability(cfg, arch, caps, state, states, feature)
     if cfg.features.async_decode and "sample_on_device_mode" not in req.tt:
-        yield Problem("async-without-device-sampling", "features.async_decode",
-                      "async decode overlaps steps only with on-device sampling",
-                      "Set features.sample_on_device=all|decode_only", "warning")  # fmt: skip
+        yield Problem(
+            code="async-without-device-sampling",
+            key="features.async_decode",
+            message="async decode overlaps steps only with on-device sampling",
+            fix="Set features.sample_on_device=all|decode_only",
+            severity="warning",
+        )
     if wanted["speculative"] and state.speculative is not None:
         yield from _speculative(cfg, caps, state.speculative, state, req.lane)
     if state.block_output is not None and (caps.block_output or arch.tt_class in state.block_output.required_classes):
         yield from _block_output(cfg, arch.tt_class, caps, state.block_output, req)
     width = caps.facts.get("output_tokens_per_step")
     if caps.block_output and width is not None and not width.verified:  # a shape the plan follows, not a feature
-        yield Problem("capability-unverified", "model.checkpoint", f"{caps.target} commits {width.value} tokens per "
-                      f"step per {width.source}, not verified at tt-metal {caps.tt_metal}",
-                      "Verify the class's output_tokens_per_step and record it in models/", "warning",
-                      "capability.output_tokens_per_step")  # fmt: skip
+        yield Problem(
+            code="capability-unverified",
+            key="model.checkpoint",
+            message=f"{caps.target} commits {width.value} tokens per "
+            f"step per {width.source}, not verified at tt-metal {caps.tt_metal}",
+            fix="Verify the class's output_tokens_per_step and record it in models/",
+            severity="warning",
+            rule="capability.output_tokens_per_step",
+        )
 
 
 def _cpu_capability(cfg: ApplianceConfig, caps: Capabilities, feature: str) -> Iterator[Problem]:
@@ -175,19 +208,23 @@ def _cpu_capability(cfg: ApplianceConfig, caps: Capabilities, feature: str) -> I
     if not fact.value:
         severity: Severity = "error" if cfg.features.strict else "warning"
         yield Problem(
-            "capability-not-declared",
-            f"features.{feature}",
-            f"the CPU engine's model does not declare {feature} ({fact.source})",
-            f"Set features.{feature}=false (or features.strict=false)",
-            severity,
+            code="capability-not-declared",
+            key=f"features.{feature}",
+            message=f"the CPU engine's model does not declare {feature} ({fact.source})",
+            fix=f"Set features.{feature}=false (or features.strict=false)",
+            severity=severity,
             change=(f"features.{feature}=false",),
         )
 
 
 def _capability(
-    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState, states: PluginStates,
+    cfg: ApplianceConfig,
+    arch: Architecture,
+    caps: Capabilities,
+    state: PluginState,
+    states: PluginStates,
     feature: str,
-) -> Iterator[Problem]:  # fmt: skip
+) -> Iterator[Problem]:
     gated = _state_gate(cfg, arch, caps, state, states, feature)
     if gated is not None:
         yield from gated
@@ -209,22 +246,35 @@ def _capability(
         refusal = rule.refusal.rstrip(".")
         if feature == "sample_on_device" and caps.block_output:
             # Switching it off is no way out: a block-output model must sample on device (_block_output).
-            yield Problem("capability-not-declared", where, f"not runnable here: {why}, and a block-output model "
-                          f"must sample on device; the plugin refuses it: {refusal}",
-                          capability_proof(fact.value, caps.tt_metal), severity, rule_id)  # fmt: skip
+            yield Problem(
+                code="capability-not-declared",
+                key=where,
+                message=f"not runnable here: {why}, and a block-output model "
+                f"must sample on device; the plugin refuses it: {refusal}",
+                fix=capability_proof(fact.value, caps.tt_metal),
+                severity=severity,
+                rule=rule_id,
+            )
             return
-        yield Problem("capability-not-declared", where, f"{why}: the plugin refuses it: {refusal}", f"Set {off}",
-                      severity, rule_id, change=(off,))  # fmt: skip
+        yield Problem(
+            code="capability-not-declared",
+            key=where,
+            message=f"{why}: the plugin refuses it: {refusal}",
+            fix=f"Set {off}",
+            severity=severity,
+            rule=rule_id,
+            change=(off,),
+        )
         return
     severity = "error" if cfg.features.strict else "warning"
     fix = f"Set {off} (or features.strict=false to keep going without it)"
     yield Problem(
-        "capability-not-declared",
-        where,
-        f"{why}: the plugin drops it: {rule.refusal}",
-        fix,
-        severity,
-        rule_id,
+        code="capability-not-declared",
+        key=where,
+        message=f"{why}: the plugin drops it: {rule.refusal}",
+        fix=fix,
+        severity=severity,
+        rule=rule_id,
         change=(off,),
     )
 
@@ -244,28 +294,54 @@ def capability_proof(recorded: object, tt_metal: str | None) -> str:
 
 
 def _state_gate(
-    cfg: ApplianceConfig, arch: Architecture, caps: Capabilities, state: PluginState, states: PluginStates,
+    cfg: ApplianceConfig,
+    arch: Architecture,
+    caps: Capabilities,
+    state: PluginState,
+    states: PluginStates,
     feature: str,
-) -> list[Problem] | None:  # fmt: skip
+) -> list[Problem] | None:
     """Features the state decides itself, before any capability: None when the capability decides."""
     where = f"features.{feature}"
     if feature == "chunked_prefill" and state.chunked_prefill.gate == "model_type":
         if arch.model_type in state.chunked_prefill.model_types:
             return []
-        return [Problem("capability-not-declared", where, f"chunked prefill for model_type {arch.model_type} is "
-                        f"{unsupported_at(states, state, 'chunked_prefill:')}", "Set features.chunked_prefill=null",
-                        rule="chunked_prefill.model_type", change=("features.chunked_prefill=null",))]  # fmt: skip
+        return [
+            Problem(
+                code="capability-not-declared",
+                key=where,
+                message=f"chunked prefill for model_type {arch.model_type} is "
+                f"{unsupported_at(states, state, 'chunked_prefill:')}",
+                fix="Set features.chunked_prefill=null",
+                rule="chunked_prefill.model_type",
+                change=("features.chunked_prefill=null",),
+            )
+        ]
     if feature == "speculative" and state.speculative is None:
         refusal = state.features["speculative"].refusal if "speculative" in state.features else "refused"
         support = unsupported_at(states, state, f"speculative:{cfg.features.speculative}")
-        return [Problem("unsupported-feature", where, f"speculative decoding is {support} ({refusal})",
-                        "Set features.speculative=off", rule="feature.speculative",
-                        change=(_NO_SPECULATION,))]  # fmt: skip
+        return [
+            Problem(
+                code="unsupported-feature",
+                key=where,
+                message=f"speculative decoding is {support} ({refusal})",
+                fix="Set features.speculative=off",
+                rule="feature.speculative",
+                change=(_NO_SPECULATION,),
+            )
+        ]
     if feature == "chunked_prefill" and caps.block_output:
-        return [Problem("capability-not-declared", where, f"{caps.target} is a block-output model, which cannot "
-                        "resume a split prompt: the plugin switches chunked prefill off",
-                        "Set features.chunked_prefill=null", rule="chunked_prefill.capability",
-                        change=("features.chunked_prefill=null",))]  # fmt: skip
+        return [
+            Problem(
+                code="capability-not-declared",
+                key=where,
+                message=f"{caps.target} is a block-output model, which cannot "
+                "resume a split prompt: the plugin switches chunked prefill off",
+                fix="Set features.chunked_prefill=null",
+                rule="chunked_prefill.capability",
+                change=("features.chunked_prefill=null",),
+            )
+        ]
     return None
 
 
@@ -274,20 +350,40 @@ def _speculative(
 ) -> Iterator[Problem]:
     where = "features.speculative"
     if cfg.features.speculative not in spec.methods:
-        yield Problem("unsupported-feature", where, f"method {cfg.features.speculative} is not one of "
-                      f"{', '.join(spec.methods)} at {state.label}", "Set features.speculative=ngram",
-                      change=("features.speculative=ngram",))  # fmt: skip
+        yield Problem(
+            code="unsupported-feature",
+            key=where,
+            message=f"method {cfg.features.speculative} is not one of {', '.join(spec.methods)} at {state.label}",
+            fix="Set features.speculative=ngram",
+            change=("features.speculative=ngram",),
+        )
     if lane:
-        yield Problem("unsupported-feature", where, f"speculative decoding with lane data parallelism: "
-                      f"{spec.lane_dp_refusal}", "Set features.speculative=off or serving.data_parallel=1",
-                      rule="speculative.lane_dp", change=(_NO_SPECULATION,))  # fmt: skip
+        yield Problem(
+            code="unsupported-feature",
+            key=where,
+            message=f"speculative decoding with lane data parallelism: {spec.lane_dp_refusal}",
+            fix="Set features.speculative=off or serving.data_parallel=1",
+            rule="speculative.lane_dp",
+            change=(_NO_SPECULATION,),
+        )
     if cfg.features.async_decode and not caps.value("supports_async_spec_decode"):
-        yield Problem("unsupported-feature", where, f"async decode with speculation: {spec.async_refusal}",
-                      "Set features.async_decode=false", rule="speculative.async",
-                      change=("features.async_decode=false",))  # fmt: skip
+        yield Problem(
+            code="unsupported-feature",
+            key=where,
+            message=f"async decode with speculation: {spec.async_refusal}",
+            fix="Set features.async_decode=false",
+            rule="speculative.async",
+            change=("features.async_decode=false",),
+        )
     yield from _workload_shares(cfg.workload, spec)
-    yield Problem("speculative-greedy", where, spec.greedy, "Serve sampled traffic without speculation", "warning",
-                  "speculative.greedy")  # fmt: skip
+    yield Problem(
+        code="speculative-greedy",
+        key=where,
+        message=spec.greedy,
+        fix="Serve sampled traffic without speculation",
+        severity="warning",
+        rule="speculative.greedy",
+    )
 
 
 _NO_SPECULATION = "features.speculative=off"
@@ -298,11 +394,11 @@ def _workload_shares(work: WorkloadConfig, spec: Speculative) -> Iterator[Proble
     for control, share in shares.items():
         if share > 0 and control in spec.refused_requests:
             yield Problem(
-                "unsupported-feature",
-                "workload",
-                f"workload={work.name} sends {control} on {share:.0%} of "
+                code="unsupported-feature",
+                key="workload",
+                message=f"workload={work.name} sends {control} on {share:.0%} of "
                 f"requests, which a speculative launch refuses: {spec.request_refusal}",
-                "Set features.speculative=off or use a workload without them",
+                fix="Set features.speculative=off or use a workload without them",
                 rule="speculative.requests",
                 change=(_NO_SPECULATION,),
             )
@@ -314,21 +410,29 @@ def _block_output(
     width = caps.value("output_tokens_per_step")
     on_device = req.tt.get("sample_on_device_mode") == "all"
     checks = (  # (rule, key, broken, the plugin's refusal, the row's setting)
-        ("max_num_seqs", "serving.max_concurrency", req.concurrency // req.data_parallel != 1, rules.max_num_seqs,
-         "1"),
+        ("max_num_seqs", "serving.max_concurrency", req.concurrency // req.data_parallel != 1, rules.max_num_seqs, "1"),
         ("data_parallel", "serving.data_parallel", req.data_parallel != 1, rules.data_parallel, "1"),
         ("synchronous", "features.async_decode", cfg.features.async_decode, rules.synchronous, "false"),
         ("sample_on_device", "features.sample_on_device", not on_device, rules.sample_on_device, "all"),
         ("prefix_caching", "features.prefix_caching", cfg.features.prefix_caching, rules.prefix_caching, "false"),
         ("speculative", "features.speculative", cfg.features.speculative != "off", rules.speculative, "off"),
-    )  # fmt: skip
+    )
     if arch_class in rules.required_classes and not caps.block_output:
-        yield Problem("block-output", "model.checkpoint", f"{caps.target} does not declare output_tokens_per_step > 1:"
-                      f" {rules.required}", "Record the class's output_tokens_per_step in models/ or use another "
-                      "checkpoint", rule="block_output.required")  # fmt: skip
+        yield Problem(
+            code="block-output",
+            key="model.checkpoint",
+            message=f"{caps.target} does not declare output_tokens_per_step > 1: {rules.required}",
+            fix="Record the class's output_tokens_per_step in models/ or use another checkpoint",
+            rule="block_output.required",
+        )
         return
     for part, where, broken, refusal, setting in checks:
         if broken:
-            yield Problem("block-output", where, f"{caps.target} commits {width} tokens per step: {refusal}",
-                          f"Set {where}={setting} (the row's settings: one sequence, DP 1, synchronous, on-device "
-                          "sampling)", rule=f"block_output.{part}", change=(f"{where}={setting}",))  # fmt: skip
+            yield Problem(
+                code="block-output",
+                key=where,
+                message=f"{caps.target} commits {width} tokens per step: {refusal}",
+                fix=f"Set {where}={setting} (the row's settings: one sequence, DP 1, synchronous, on-device sampling)",
+                rule=f"block_output.{part}",
+                change=(f"{where}={setting}",),
+            )

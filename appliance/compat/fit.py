@@ -22,11 +22,20 @@ from appliance.errors import Problem
 __all__ = ["Bucket", "Fit", "fit_of", "fit_row"]
 
 Bucket = Literal["runnable", "runnable with a change", "not runnable"]
-NOT_RUNNABLE = frozenset({
-    "unknown-family", "unknown-checkpoint", "checkpoint-family-mismatch", "mesh-not-validated",
-    "architecture-not-registered", "engine-mesh-mismatch", "mesh-auto-unresolved", "mesh-auto-unmatched",
-    "no-tt-device", "status-below-minimum",
-})  # fmt: skip
+NOT_RUNNABLE = frozenset(
+    {
+        "unknown-family",
+        "unknown-checkpoint",
+        "checkpoint-family-mismatch",
+        "mesh-not-validated",
+        "architecture-not-registered",
+        "engine-mesh-mismatch",
+        "mesh-auto-unresolved",
+        "mesh-auto-unmatched",
+        "no-tt-device",
+        "status-below-minimum",
+    }
+)
 FIT_WARNINGS = frozenset({"kv-oversubscribed", "context-near-pool"})
 """Warnings whose config boots but does not deliver what it asks for (from a sourced KV capacity)."""
 
@@ -50,8 +59,9 @@ def fit_of(problems: Sequence[Problem]) -> Fit:
     unverified = tuple(dict.fromkeys(p.code for p in problems if p.code.endswith("-unverified")))
     fatal = [p for p in errors if p.code in NOT_RUNNABLE or not p.change]
     if fatal:
-        return Fit("not runnable", tuple(f"{p.key}: {p.message}" + (f"; {p.fix}" if p.fix else "") for p in fatal),
-                   unverified)  # fmt: skip
+        return Fit(
+            "not runnable", tuple(f"{p.key}: {p.message}" + (f"; {p.fix}" if p.fix else "") for p in fatal), unverified
+        )
     changes = errors + [p for p in problems if p.code in FIT_WARNINGS]
     if changes:
         return Fit("runnable with a change", tuple(f"{p.key}: {p.fix or p.message}" for p in changes), unverified)
@@ -88,8 +98,20 @@ def _row_sampling(state: PluginState, arch: Architecture, row: DeviceRow) -> lis
     doubt = "only an unverified record says it declares it" if fact.value else "it does not declare it"
     where, off = "features.sample_on_device", "features.sample_on_device=off"
     if caps.block_output:  # it must sample on device: switching it off is no way out
-        return [Problem("capability-not-declared", where, f"{caps.target}: {doubt} ({fact.source}), and a "
-                        "block-output model must sample on device",
-                        capability_proof(fact.value, caps.tt_metal))]  # fmt: skip
-    return [Problem("capability-not-declared", where, f"{caps.target}: {doubt} ({fact.source})",
-                    f"Set {off}, or verify the record", change=(off,))]  # fmt: skip
+        return [
+            Problem(
+                code="capability-not-declared",
+                key=where,
+                message=f"{caps.target}: {doubt} ({fact.source}), and a block-output model must sample on device",
+                fix=capability_proof(fact.value, caps.tt_metal),
+            )
+        ]
+    return [
+        Problem(
+            code="capability-not-declared",
+            key=where,
+            message=f"{caps.target}: {doubt} ({fact.source})",
+            fix=f"Set {off}, or verify the record",
+            change=(off,),
+        )
+    ]

@@ -47,12 +47,15 @@ class ImageLimits:
         return {"image": self.images_per_prompt, "video": 0}
 
     def line(self) -> str:
-        return (f"images: up to {self.images_per_prompt} per prompt, up to {self.largest_pixels} px "
-                f"({self.tokens_per_image} tokens each); video refused")  # fmt: skip
+        return (
+            f"images: up to {self.images_per_prompt} per prompt, up to {self.largest_pixels} px "
+            f"({self.tokens_per_image} tokens each); video refused"
+        )
 
 
-def image_limits(cfg: ApplianceConfig, arch: Architecture, engine: EngineKind,
-                 state: PluginState | None) -> ImageLimits | None:  # fmt: skip
+def image_limits(
+    cfg: ApplianceConfig, arch: Architecture, engine: EngineKind, state: PluginState | None
+) -> ImageLimits | None:
     """The limits a vision row serves with under `cfg` (None on a text row)."""
     vision = arch.images
     if vision is None:
@@ -71,8 +74,15 @@ def image_limits(cfg: ApplianceConfig, arch: Architecture, engine: EngineKind,
     )
 
 
-def check_images(cfg: ApplianceConfig, arch: Architecture, row: DeviceRow, checkpoint: str, context: int,
-                 concurrency: int, state: PluginState | None) -> Iterator[Problem]:  # fmt: skip
+def check_images(
+    cfg: ApplianceConfig,
+    arch: Architecture,
+    row: DeviceRow,
+    checkpoint: str,
+    context: int,
+    concurrency: int,
+    state: PluginState | None,
+) -> Iterator[Problem]:
     """Images asked of a text row; more or larger images than the row allows; a context one image cannot fit."""
     serving, vision = cfg.serving, arch.images
     if vision is None:
@@ -80,18 +90,25 @@ def check_images(cfg: ApplianceConfig, arch: Architecture, row: DeviceRow, check
         return
     allowed = vision.images_per_prompt.value
     if serving.max_images_per_prompt is not None and serving.max_images_per_prompt > allowed:
-        yield Problem("images-too-many", "serving.max_images_per_prompt",
-                      f"{serving.max_images_per_prompt} images per prompt; {checkpoint} takes at most {allowed}",
-                      f"Set serving.max_images_per_prompt={allowed}",
-                      change=(f"serving.max_images_per_prompt={allowed}",))  # fmt: skip
+        yield Problem(
+            code="images-too-many",
+            key="serving.max_images_per_prompt",
+            message=f"{serving.max_images_per_prompt} images per prompt; {checkpoint} takes at most {allowed}",
+            fix=f"Set serving.max_images_per_prompt={allowed}",
+            change=(f"serving.max_images_per_prompt={allowed}",),
+        )
     yield from _pixels(serving.max_image_pixels, vision, checkpoint)
     yield from _context(vision, serving.max_image_pixels, context, row.max_context, checkpoint)
     limit = state.vision.batch_limits.get(arch.tt_class) if state and state.vision else None
     if limit is not None and concurrency > limit:
         at = state.label if state else ""
-        yield Problem("vision-batch-limit", "serving.max_concurrency",
-                      f"{arch.tt_class}'s vision path batches at most {limit} sequences at {at}",
-                      f"Set serving.max_concurrency={limit}", change=(f"serving.max_concurrency={limit}",))  # fmt: skip
+        yield Problem(
+            code="vision-batch-limit",
+            key="serving.max_concurrency",
+            message=f"{arch.tt_class}'s vision path batches at most {limit} sequences at {at}",
+            fix=f"Set serving.max_concurrency={limit}",
+            change=(f"serving.max_concurrency={limit}",),
+        )
 
 
 def image_lines(images: ImageLimits | None) -> tuple[str, ...]:
@@ -104,23 +121,35 @@ def image_lines(images: ImageLimits | None) -> tuple[str, ...]:
 def _text_row(images: int | None, pixels: int | None, checkpoint: str) -> Iterator[Problem]:
     keys = [k for k, v in (("serving.max_images_per_prompt", images), ("serving.max_image_pixels", pixels)) if v]
     if keys:
-        yield Problem("images-on-text-model", keys[0],
-                      f"{checkpoint} is a text model: it takes no images",
-                      f"Remove {' and '.join(keys)}, or choose a vision checkpoint",
-                      change=tuple(f"~{k}" for k in keys))  # fmt: skip
+        yield Problem(
+            code="images-on-text-model",
+            key=keys[0],
+            message=f"{checkpoint} is a text model: it takes no images",
+            fix=f"Remove {' and '.join(keys)}, or choose a vision checkpoint",
+            change=tuple(f"~{k}" for k in keys),
+        )
 
 
 def _pixels(pixels: int | None, vision: Vision, checkpoint: str) -> Iterator[Problem]:
     largest = vision.largest_image
     key = "serving.max_image_pixels"
     if pixels is not None and pixels > largest.pixels:
-        yield Problem("image-too-large", key,
-                      f"{pixels} px is above the largest image {checkpoint}'s processor keeps, {largest.pixels} px",
-                      f"Set {key}={largest.pixels}", change=(f"{key}={largest.pixels}",))  # fmt: skip
+        yield Problem(
+            code="image-too-large",
+            key=key,
+            message=f"{pixels} px is above the largest image {checkpoint}'s processor keeps, {largest.pixels} px",
+            fix=f"Set {key}={largest.pixels}",
+            change=(f"{key}={largest.pixels}",),
+        )
     elif pixels is not None and pixels < largest.pixels and largest.kwarg is None:
-        yield Problem("image-cap-unsupported", key,
-                      f"{checkpoint}'s processor takes no pixel cap: it resizes every image to at most "
-                      f"{largest.pixels} px itself", f"Remove {key}", change=(f"~{key}",))  # fmt: skip
+        yield Problem(
+            code="image-cap-unsupported",
+            key=key,
+            message=f"{checkpoint}'s processor takes no pixel cap: it resizes every image to at most "
+            f"{largest.pixels} px itself",
+            fix=f"Remove {key}",
+            change=(f"~{key}",),
+        )
 
 
 def _context(vision: Vision, pixels: int | None, context: int, most: int, checkpoint: str) -> Iterator[Problem]:
@@ -142,10 +171,14 @@ def _context(vision: Vision, pixels: int | None, context: int, most: int, checkp
         if fixes
         else (f"No setting fits: the row validates at most {most} tokens and the processor takes no pixel cap")
     )
-    yield Problem("context-too-short-for-image", "serving.max_context",
-                  f"max_context={context} cannot hold one {largest} px image of {checkpoint} ({tokens.at(largest)} "
-                  f"tokens) and {TEXT_MARGIN} tokens of text: every image request would be refused",
-                  fix, change=tuple(fixes[:1]))  # fmt: skip
+    yield Problem(
+        code="context-too-short-for-image",
+        key="serving.max_context",
+        message=f"max_context={context} cannot hold one {largest} px image of {checkpoint} ({tokens.at(largest)} "
+        f"tokens) and {TEXT_MARGIN} tokens of text: every image request would be refused",
+        fix=fix,
+        change=tuple(fixes[:1]),
+    )
 
 
 def _plugin_lines(arch: Architecture, state: PluginState | None) -> tuple[str, ...]:
@@ -165,8 +198,11 @@ def _plugin_lines(arch: Architecture, state: PluginState | None) -> tuple[str, .
 
 
 def _sources(vision: Vision) -> dict[str, str]:
-    found = {"images_per_prompt": vision.images_per_prompt.source, "largest_image": vision.largest_image.source,
-             "tokens_per_image": vision.tokens_per_image.source}  # fmt: skip
+    found = {
+        "images_per_prompt": vision.images_per_prompt.source,
+        "largest_image": vision.largest_image.source,
+        "tokens_per_image": vision.tokens_per_image.source,
+    }
     if vision.tt_processor_cache:
         found["tt_processor_cache"] = vision.tt_processor_cache.source
     return found

@@ -27,8 +27,9 @@ _KEY = "serving.max_context"
 _LENGTHS = ("max_position_embeddings", *LENGTH_KEYS)
 
 
-def check_checkpoint_context(name: str, checkpoint: Checkpoint, context: int, env: Mapping[str, str],
-                             extra_args: tuple[str, ...], vllm: str) -> Iterator[Problem]:  # fmt: skip
+def check_checkpoint_context(
+    name: str, checkpoint: Checkpoint, context: int, env: Mapping[str, str], extra_args: tuple[str, ...], vllm: str
+) -> Iterator[Problem]:
     """Refuse a context above what vLLM `vllm` derives for the checkpoint, unless the long-context variable is set."""
     config = read_local_config(name) if is_local_path(name) else None
     if isinstance(config, Problem):
@@ -45,15 +46,21 @@ def check_checkpoint_context(name: str, checkpoint: Checkpoint, context: int, en
         return
     where = f"{checkpoint.checkpoint}'s derived maximum {derived.tokens} ({_basis(derived, config, vllm)})"
     if allowed:
-        yield Problem("context-beyond-checkpoint", _KEY,
-                      f"serving.max_context={context} exceeds {where}; {ALLOW_LONG} lets vLLM serve it, but positions "
-                      "beyond the trained length may degrade the output",
-                      f"Use serving.max_context ≤ {derived.tokens} unless the checkpoint is validated longer",
-                      "warning")  # fmt: skip
+        yield Problem(
+            code="context-beyond-checkpoint",
+            key=_KEY,
+            message=f"serving.max_context={context} exceeds {where}; {ALLOW_LONG} lets vLLM serve it, but positions "
+            "beyond the trained length may degrade the output",
+            fix=f"Use serving.max_context ≤ {derived.tokens} unless the checkpoint is validated longer",
+            severity="warning",
+        )
         return
-    yield Problem("context-above-checkpoint", _KEY,
-                  f"serving.max_context={context} exceeds {where}: vLLM refuses it at boot",
-                  f"Use serving.max_context ≤ {derived.tokens}")  # fmt: skip
+    yield Problem(
+        code="context-above-checkpoint",
+        key=_KEY,
+        message=f"serving.max_context={context} exceeds {where}: vLLM refuses it at boot",
+        fix=f"Use serving.max_context ≤ {derived.tokens}",
+    )
 
 
 def _basis(derived: DerivedMax, config: CheckpointConfig, vllm: str) -> str:
@@ -64,11 +71,14 @@ def _basis(derived: DerivedMax, config: CheckpointConfig, vllm: str) -> str:
 
 def _unjudged(checkpoint: str, config: CheckpointConfig | None) -> Problem:
     why = "its length keys are unknown" if config else "it has no entry"
-    return Problem("context-unjudged", _KEY,
-                   f"{checkpoint}'s maximum context cannot be derived: {why} in models/checkpoints.yaml; vLLM "
-                   "refuses a max_context above its config.json's at boot",
-                   f"Record the checkpoint's config.json in models/checkpoints.yaml, or set engine.env.{ALLOW_LONG}=1",
-                   "warning")  # fmt: skip
+    return Problem(
+        code="context-unjudged",
+        key=_KEY,
+        message=f"{checkpoint}'s maximum context cannot be derived: {why} in models/checkpoints.yaml; vLLM "
+        "refuses a max_context above its config.json's at boot",
+        fix=f"Record the checkpoint's config.json in models/checkpoints.yaml, or set engine.env.{ALLOW_LONG}=1",
+        severity="warning",
+    )
 
 
 def _overrides(args: tuple[str, ...]) -> tuple[Mapping[str, Any] | None, dict[str, int]]:

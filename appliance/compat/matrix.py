@@ -203,8 +203,13 @@ class CompatibilityMatrix:
 
 
 # The parsing code a cached matrix depends on (appliance.data_files.cached keys on their source).
-_CODE = ("appliance.compat.matrix", "appliance.compat.checkpoint_config", "appliance.compat.image_facts",
-         "appliance.config.schema", "pydantic.version")  # fmt: skip
+_CODE = (
+    "appliance.compat.matrix",
+    "appliance.compat.checkpoint_config",
+    "appliance.compat.image_facts",
+    "appliance.config.schema",
+    "pydantic.version",
+)
 
 
 @cache
@@ -233,11 +238,12 @@ def _parse_families(paths: list[Path], checkpoints: Path) -> dict[str, Family]:
         try:
             family = _family_adapter().validate_python(parse_yaml(path.read_text()))
         except yaml.YAMLError as err:
-            problems.append(Problem("matrix-invalid", str(path), " ".join(str(err).split())))
+            problems.append(Problem(code="matrix-invalid", key=str(path), message=" ".join(str(err).split())))
             continue
         except ValidationError as err:
             problems.extend(
-                Problem("matrix-invalid", f"{path.name}:{'.'.join(map(str, e['loc']))}", e["msg"]) for e in err.errors()
+                Problem(code="matrix-invalid", key=f"{path.name}:{'.'.join(map(str, e['loc']))}", message=e["msg"])
+                for e in err.errors()
             )
             continue
         problems.extend(_consistency(path, family))
@@ -269,7 +275,9 @@ def _consistency(path: Path, family: Family) -> list[Problem]:
         for c in family.checkpoints
         if c.architecture not in family.architectures
     ]
-    return [Problem("matrix-invalid", path.name, text) for text in found] + _vision_blocks(path, family)
+    return [Problem(code="matrix-invalid", key=path.name, message=text) for text in found] + _vision_blocks(
+        path, family
+    )
 
 
 def _vision_blocks(path: Path, family: Family) -> list[Problem]:
@@ -278,8 +286,14 @@ def _vision_blocks(path: Path, family: Family) -> list[Problem]:
     for name, arch in family.architectures.items():
         key = f"{path.name}:architectures.{name}.vision"
         if arch.vision is True:
-            found.append(Problem("matrix-invalid", key, "a vision architecture needs its block (images_per_prompt, "
-                                 "largest_image, tokens_per_image, each with a source), not `true`"))  # fmt: skip
+            found.append(
+                Problem(
+                    code="matrix-invalid",
+                    key=key,
+                    message="a vision architecture needs its block (images_per_prompt, "
+                    "largest_image, tokens_per_image, each with a source), not `true`",
+                )
+            )
         elif arch.images is not None:
-            found += [Problem("matrix-invalid", key, text) for text in arch.images.problems()]
+            found += [Problem(code="matrix-invalid", key=key, message=text) for text in arch.images.problems()]
     return found

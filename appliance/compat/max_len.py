@@ -39,8 +39,9 @@ class DerivedMax:
     key: str
 
 
-def derive_max_len(config: CheckpointConfig, vllm: str, rope: Mapping[str, Any] | None = None,
-                   lengths: Mapping[str, int] | None = None) -> DerivedMax | None:  # fmt: skip
+def derive_max_len(
+    config: CheckpointConfig, vllm: str, rope: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None
+) -> DerivedMax | None:
     """What vLLM `vllm` derives for `config`, with a rope override and length-key overrides (--hf-overrides)
     in force; None when the config records no length key (the check cannot judge it)."""
     found = {**_lengths(config), **(lengths or {})}

@@ -36,9 +36,11 @@ DOWNLOAD_CAP_VAR = "VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB"
 _PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 """What aiohttp (trust_env=True) and requests read; the lower-case form wins in urllib's getproxies."""
 _NO_PROXY_VARS = ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY")
-_OWNED_ENV = {"VLLM_MEDIA_URL_ALLOW_REDIRECTS": "serving.media_redirects",
-              DOWNLOAD_CAP_VAR: "serving.max_image_pixels",
-              **dict.fromkeys((*_PROXY_VARS, *_NO_PROXY_VARS), "serving.allowed_media_domains")}  # fmt: skip
+_OWNED_ENV = {
+    "VLLM_MEDIA_URL_ALLOW_REDIRECTS": "serving.media_redirects",
+    DOWNLOAD_CAP_VAR: "serving.max_image_pixels",
+    **dict.fromkeys((*_PROXY_VARS, *_NO_PROXY_VARS), "serving.allowed_media_domains"),
+}
 
 NO_LOCAL_MEDIA = "no-local-media"
 """The empty folder under the state directory the engine is given when the site names none: vLLM answers a
@@ -99,9 +101,13 @@ def check_media_env(env: Mapping[str, str]) -> Iterator[Problem]:
     """engine.env may not loosen the media policy: the plan sets these variables from serving.*."""
     for name in env:
         if name in _OWNED_ENV:
-            yield Problem("env-owned-by-config", f"engine.env.{name}", f"{name} is set from {_OWNED_ENV[name]}",
-                          f"Remove engine.env.{name} and set {_OWNED_ENV[name]} instead",
-                          change=(f"~engine.env.{name}",))  # fmt: skip
+            yield Problem(
+                code="env-owned-by-config",
+                key=f"engine.env.{name}",
+                message=f"{name} is set from {_OWNED_ENV[name]}",
+                fix=f"Remove engine.env.{name} and set {_OWNED_ENV[name]} instead",
+                change=(f"~engine.env.{name}",),
+            )
 
 
 def proxy_env(port: int, base: Mapping[str, str]) -> dict[str, str]:
@@ -111,9 +117,13 @@ def proxy_env(port: int, base: Mapping[str, str]) -> dict[str, str]:
 
 
 def media_policy(
-    hosts: tuple[str, ...], redirects: bool, local_dir: str | None, largest_pixels: int, state_dir: str,
+    hosts: tuple[str, ...],
+    redirects: bool,
+    local_dir: str | None,
+    largest_pixels: int,
+    state_dir: str,
     engine_caps: bool,
-) -> MediaPolicy:  # fmt: skip
+) -> MediaPolicy:
     """The policy for a vision plan whose largest kept image has `largest_pixels`."""
     folder = Path(local_dir).expanduser().resolve() if local_dir else Path(state_dir) / NO_LOCAL_MEDIA
     return MediaPolicy(

@@ -20,16 +20,31 @@ def check_env_reads(env: Mapping[str, str], state: PluginState) -> Iterator[Prob
         if not name.startswith("VLLM_") or state.reads_env(name) is not None:
             continue
         known = state.not_read(name)
-        why = f"no vLLM at {state.label} reads it ({known.source})" if known else (
-            f"it is not among the variables recorded as read at {state.label}")  # fmt: skip
-        yield Problem("env-not-read", f"engine.env.{name}", why, f"Remove {name}", "warning", "reads.env")
+        why = (
+            f"no vLLM at {state.label} reads it ({known.source})"
+            if known
+            else (f"it is not among the variables recorded as read at {state.label}")
+        )
+        yield Problem(
+            code="env-not-read",
+            key=f"engine.env.{name}",
+            message=why,
+            fix=f"Remove {name}",
+            severity="warning",
+            rule="reads.env",
+        )
 
 
 def check_plan_reads(flags: Iterable[str], env: Iterable[str], state: PluginState) -> Iterator[Problem]:
     """Flags and VLLM_* variables the appliance itself emits that the state does not record as read."""
     for flag in dict.fromkeys(flags):
         if state.reads_flag(flag) is None:
-            yield Problem("flag-not-read", "plan", f"the plan passes {flag}, which vLLM at {state.label} is not "
-                          "recorded to read", "Record the flag's source in build/tt/plugin-states", "warning",
-                          "reads.flags")  # fmt: skip
+            yield Problem(
+                code="flag-not-read",
+                key="plan",
+                message=f"the plan passes {flag}, which vLLM at {state.label} is not recorded to read",
+                fix="Record the flag's source in build/tt/plugin-states",
+                severity="warning",
+                rule="reads.flags",
+            )
     yield from check_env_reads(dict.fromkeys(env, ""), state)

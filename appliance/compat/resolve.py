@@ -62,10 +62,10 @@ def mesh_for_host(host: HostFacts) -> str:
     raise ConfigError(
         (
             Problem(
-                "mesh-auto-unmatched",
-                "mesh",
-                f"found {len(host.boards)} board(s) of type {kinds}; no mesh option matches",
-                "Choose the mesh explicitly, e.g. mesh=n300",
+                code="mesh-auto-unmatched",
+                key="mesh",
+                message=f"found {len(host.boards)} board(s) of type {kinds}; no mesh option matches",
+                fix="Choose the mesh explicitly, e.g. mesh=n300",
             ),
         )
     )
@@ -75,10 +75,16 @@ def _require_cpu_row(composed: ComposedConfig, matrix: CompatibilityMatrix) -> N
     found = matrix.find(composed.config.model.checkpoint)
     if found is None or found[1].row("cpu") is None:
         model = composed.config.model
-        raise ConfigError((Problem(
-            "no-tt-device", "mesh",
-            f"no Tenstorrent device found on this host (/dev/tenstorrent is empty), and +model={model.family} "
-            f"({model.checkpoint}) needs a TT mesh",
-            "Run `appliance serve` with no model for the embedded CPU default, or check the config offline "
-            f"with `appliance validate +model={model.family} mesh=<n150|n300|t3k|...>`",
-        ),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="no-tt-device",
+                    key="mesh",
+                    message="no Tenstorrent device found on this host (/dev/tenstorrent is empty), "
+                    f"and +model={model.family} "
+                    f"({model.checkpoint}) needs a TT mesh",
+                    fix="Run `appliance serve` with no model for the embedded CPU default, or check the config offline "
+                    f"with `appliance validate +model={model.family} mesh=<n150|n300|t3k|...>`",
+                ),
+            )
+        )

@@ -39,8 +39,16 @@ class PluginStates:
         state = self.for_vllm(version.strip()) if name.strip() == "vllm" else None
         if state is None:
             known = ", ".join(f"vllm={s.vllm}" for s in self.states)
-            raise ConfigError((Problem("bad-against", "--against", f"{against!r} names no recorded plugin state",
-                                       f"Use one of: {known}"),))  # fmt: skip
+            raise ConfigError(
+                (
+                    Problem(
+                        code="bad-against",
+                        key="--against",
+                        message=f"{against!r} names no recorded plugin state",
+                        fix=f"Use one of: {known}",
+                    ),
+                )
+            )
         return state
 
     def newer_supporting(self, state: PluginState, supports: str) -> PluginState | None:
@@ -61,8 +69,13 @@ class _Pinned:
 
 
 # The parsing code cached states depend on (appliance.data_files.cached keys on their source).
-_CODE = ("appliance.compat.state_set", "appliance.compat.states", "appliance.config.schema", "appliance.data_files",
-         "pydantic.version")  # fmt: skip
+_CODE = (
+    "appliance.compat.state_set",
+    "appliance.compat.states",
+    "appliance.config.schema",
+    "appliance.data_files",
+    "pydantic.version",
+)
 
 
 @cache
@@ -88,7 +101,9 @@ def _pinned_vllm(path: Path) -> str | None:
 
 def _required(version: str | None, path: Path) -> str:
     if version is None:
-        raise ConfigError((Problem("pins-invalid", f"{path}:vllm.version", "no vLLM version is pinned"),))
+        raise ConfigError(
+            (Problem(code="pins-invalid", key=f"{path}:vllm.version", message="no vLLM version is pinned"),)
+        )
     return version
 
 
@@ -100,14 +115,25 @@ def _parse_states(root: Path) -> PluginStates:
         state = load_data_file(path, adapter, "plugin-state", "plugin state")
         if path.stem != state.name:
             raise ConfigError(
-                (Problem("plugin-state-invalid", str(path), f"the file must be named {state.name}.yaml"),)
+                (
+                    Problem(
+                        code="plugin-state-invalid", key=str(path), message=f"the file must be named {state.name}.yaml"
+                    ),
+                )
             )
         states.append(state)
     version = _pinned_vllm(root / "pins.yaml")
     pinned = next((s for s in states if s.vllm == version), None)
     if pinned is None:
-        raise ConfigError((Problem("pin-inconsistent", str(root / "pins.yaml"),
-                                   f"vllm {version} has no file in {root / 'plugin-states'}"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="pin-inconsistent",
+                    key=str(root / "pins.yaml"),
+                    message=f"vllm {version} has no file in {root / 'plugin-states'}",
+                ),
+            )
+        )
     return PluginStates(tuple(states), pinned)
 
 

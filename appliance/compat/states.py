@@ -103,8 +103,15 @@ class Adjustment:
 
     __pydantic_config__ = _FORBID
 
-    when: Literal["always", "chunked_prefill_off", "chunked_prefill_on", "lane_dp", "capability_dropped",
-                  "decode_interleave_default", "block_output"]  # fmt: skip
+    when: Literal[
+        "always",
+        "chunked_prefill_off",
+        "chunked_prefill_on",
+        "lane_dp",
+        "capability_dropped",
+        "decode_interleave_default",
+        "block_output",
+    ]
     effect: str
     log: str
     source: str
@@ -261,9 +268,12 @@ class PluginState:
     def rules(self) -> Iterator[tuple[str, str, Status]]:
         """(rule id, source, status) for every rule in the state, for coverage and provenance."""
         groups: tuple[tuple[str, Mapping[str, TtKey | EnvRule | Feature | CapabilityKey | Adjustment]], ...] = (
-            ("tt", self.tt_keys), ("env", self.env), ("feature", self.features),
-            ("capability", self.capability_keys), ("adjustment", self.adjustments),
-        )  # fmt: skip
+            ("tt", self.tt_keys),
+            ("env", self.env),
+            ("feature", self.features),
+            ("capability", self.capability_keys),
+            ("adjustment", self.adjustments),
+        )
         for prefix, rules in groups:
             for key, rule in rules.items():
                 if not (isinstance(rule, CapabilityKey) and rule.missing == "info"):

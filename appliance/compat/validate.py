@@ -111,9 +111,12 @@ class _Entry:
 
 
 def validate(
-    composed: ComposedConfig, matrix: CompatibilityMatrix, states: PluginStates | None = None,
-    against: str | None = None, installed: InstalledClasses | None = None,
-) -> ValidatedConfig:  # fmt: skip
+    composed: ComposedConfig,
+    matrix: CompatibilityMatrix,
+    states: PluginStates | None = None,
+    against: str | None = None,
+    installed: InstalledClasses | None = None,
+) -> ValidatedConfig:
     """Return the validated config, or raise ConfigError with every problem found.
 
     `against` (`vllm=X`) judges the config under another recorded plugin state than the pinned one.
@@ -142,15 +145,21 @@ def validate(
     found += _check_scheduler(cfg, engine)
     found += check_limits(cfg, entry.checkpoint, entry.row, context, concurrency)
     found += check_images(cfg, entry.architecture, entry.row, entry.checkpoint.checkpoint, context, concurrency, state)
-    found += check_checkpoint_context(cfg.model.checkpoint, entry.checkpoint, context, env, extra.args,
-                                      state.vllm if state else cpu_vllm())  # fmt: skip
+    found += check_checkpoint_context(
+        cfg.model.checkpoint, entry.checkpoint, context, env, extra.args, state.vllm if state else cpu_vllm()
+    )
     found += check_data_parallel(cfg, entry.architecture, entry.checkpoint, entry.row, dp, concurrency, lane)
     found += check_features(cfg, entry.architecture, caps, state, states, Request(tt, concurrency, dp, lane))
     found += _check_precision(cfg, entry)
     found += _check_pinned(cfg, entry, engine)
     per_rank = concurrency // max(dp, 1)
-    found += check_kv_pool(kv_pool(cfg, entry.checkpoint, entry.row, engine, state, per_rank), context, per_rank,
-                           max(dp, 1), cfg.mesh.option)  # fmt: skip
+    found += check_kv_pool(
+        kv_pool(cfg, entry.checkpoint, entry.row, engine, state, per_rank),
+        context,
+        per_rank,
+        max(dp, 1),
+        cfg.mesh.option,
+    )
     found += check_extra_args(extra.args, engine, state)
     found += check_media_env(cfg.engine.env)
     found += check_exposure(cfg)
@@ -161,12 +170,25 @@ def validate(
         raise ConfigError(tuple(errors + [p for p in found if p.severity != "error"]))
     chunked = _chunked_prefill(cfg, entry.architecture, caps, state)
     return ValidatedConfig(
-        composed=composed, family=entry.family, checkpoint=entry.checkpoint, architecture=entry.architecture,
-        row=entry.row, engine=engine, max_context=context, max_concurrency=concurrency, data_parallel=dp,
-        lane_dp=lane, tt_options=MappingProxyType(tt), env=MappingProxyType(env), warnings=tuple(found),
-        state=state, capabilities=caps, chunked_prefill=chunked, extra_args=extra.args,
+        composed=composed,
+        family=entry.family,
+        checkpoint=entry.checkpoint,
+        architecture=entry.architecture,
+        row=entry.row,
+        engine=engine,
+        max_context=context,
+        max_concurrency=concurrency,
+        data_parallel=dp,
+        lane_dp=lane,
+        tt_options=MappingProxyType(tt),
+        env=MappingProxyType(env),
+        warnings=tuple(found),
+        state=state,
+        capabilities=caps,
+        chunked_prefill=chunked,
+        extra_args=extra.args,
         images=image_limits(cfg, entry.architecture, engine, state),
-    )  # fmt: skip
+    )
 
 
 def selected_class(arch: Architecture, env: Mapping[str, str], state: PluginState | None) -> str | None:
@@ -196,7 +218,7 @@ def _installed_checks(entry: _Entry, caps: Capabilities, read: InstalledClass) -
     if read.error is not None:
         message = f"the plugin loads {caps.target}, which does not import in the tt-metal environment: {read.error}"
         fix = "Install the tt-metal this plugin state needs, or judge under another state (--against)"
-        return [Problem("class-not-importable", "model.checkpoint", message, fix)]
+        return [Problem(code="class-not-importable", key="model.checkpoint", message=message, fix=fix)]
     return list(record_disagreements(entry.architecture, entry.row, caps))
 
 
@@ -209,21 +231,31 @@ def _layout_check(entry: _Entry, caps: Capabilities, state: PluginState | None) 
     if commit and any(same_commit(known, commit) for known in layout.known_at):
         return []
     known = ", ".join(k[:7] for k in layout.known_at)
-    message = (f"the plugin loads {caps.target}; the row was validated at tt-metal {commit or '(no commit named)'}, "
-               f"not known to have {layout.module} (which replaced {layout.replaces}; known at {known}): a tt-metal "
-               "without it fails at model load with ModuleNotFoundError")  # fmt: skip
+    message = (
+        f"the plugin loads {caps.target}; the row was validated at tt-metal {commit or '(no commit named)'}, "
+        f"not known to have {layout.module} (which replaced {layout.replaces}; known at {known}): a tt-metal "
+        "without it fails at model load with ModuleNotFoundError"
+    )
     fix = f"Serve with a tt-metal that has {layout.module}, or judge under another state (--against)"
-    return [Problem("tt-metal-layout", "model.checkpoint", message, fix, "warning")]
+    return [Problem(code="tt-metal-layout", key="model.checkpoint", message=message, fix=fix, severity="warning")]
 
 
 def _plugin_checks(
-    cfg: ApplianceConfig, tt: Mapping[str, Any], env: Mapping[str, str], state: PluginState | None,
+    cfg: ApplianceConfig,
+    tt: Mapping[str, Any],
+    env: Mapping[str, str],
+    state: PluginState | None,
     states: PluginStates,
-) -> list[Problem]:  # fmt: skip
+) -> list[Problem]:
     """The `tt` keys, the plugin's environment and the VLLM_* variables under the state (or: none on CPU)."""
     if state is None:
-        problem = Problem("tt-options-on-cpu", "tt", "tt options apply only to engine=tt", "Remove the tt.* keys",
-                          change=tuple(f"~tt.{key}" for key in tt))  # fmt: skip
+        problem = Problem(
+            code="tt-options-on-cpu",
+            key="tt",
+            message="tt options apply only to engine=tt",
+            fix="Remove the tt.* keys",
+            change=tuple(f"~tt.{key}" for key in tt),
+        )
         return [problem] if tt else []
     return [
         *check_tt_options(tt, state, states),
@@ -254,12 +286,12 @@ def _check_extra_tt(cfg: ApplianceConfig, folded: Mapping[str, Any]) -> list[Pro
     """A key set both as tt.X and in --additional-config must agree, or the plan could not say which runs."""
     return [
         Problem(
-            "flag-owned-by-config",
-            "engine.extra_args",
-            f"--additional-config sets tt.{k}={v!r}, but tt.{k}={cfg.tt[k]!r}",
-            f"Set tt.{k} in one place: remove tt.{k}",
+            code="flag-owned-by-config",
+            key="engine.extra_args",
+            message=f"--additional-config sets tt.{k}={v!r}, but tt.{k}={cfg.tt[k]!r}",
+            fix=f"Set tt.{k} in one place: remove tt.{k}",
             change=(f"~tt.{k}",),
-        )  # fmt: skip
+        )
         for k, v in folded.items()
         if k in cfg.tt and cfg.tt[k] != v
     ]
@@ -272,27 +304,50 @@ def _resolve_entry(
     if family is None:
         names = tuple(matrix.families)
         near = matrix.nearest(cfg.model.family, names) or names
-        return [Problem("unknown-family", "model.family", f"no family {cfg.model.family!r} in models/",
-                        f"Use +model=<one of {', '.join(near)}>")], None  # fmt: skip
+        return [
+            Problem(
+                code="unknown-family",
+                key="model.family",
+                message=f"no family {cfg.model.family!r} in models/",
+                fix=f"Use +model=<one of {', '.join(near)}>",
+            )
+        ], None
     name = cfg.model.checkpoint
     checkpoint = family.checkpoint(name) or _local_checkpoint(family, name)
     if checkpoint is None:
         return [_unknown_checkpoint(matrix, family, name)], None
     if cfg.mesh.option == "auto":
-        return [Problem("mesh-auto-unresolved", "mesh", "mesh=auto is resolved from the host only by serve and check",
-                        "Choose a mesh (e.g. mesh=t3k) to validate offline")], None  # fmt: skip
+        return [
+            Problem(
+                code="mesh-auto-unresolved",
+                key="mesh",
+                message="mesh=auto is resolved from the host only by serve and check",
+                fix="Choose a mesh (e.g. mesh=t3k) to validate offline",
+            )
+        ], None
     row = checkpoint.row(cfg.mesh.option)
     if row is None:
         meshes = ", ".join(d.mesh for d in checkpoint.devices)
-        return [Problem("mesh-not-validated", "mesh", f"model={cfg.model.family} checkpoint={name} is not validated "
-                        f"on mesh={cfg.mesh.option}; the compatibility matrix lists it for {meshes}",
-                        f"Choose mesh={meshes.replace(', ', '|')} or another checkpoint")], None  # fmt: skip
+        return [
+            Problem(
+                code="mesh-not-validated",
+                key="mesh",
+                message=f"model={cfg.model.family} checkpoint={name} is not validated "
+                f"on mesh={cfg.mesh.option}; the compatibility matrix lists it for {meshes}",
+                fix=f"Choose mesh={meshes.replace(', ', '|')} or another checkpoint",
+            )
+        ], None
     arch = family.architectures[checkpoint.architecture]
     if state is not None and arch.tt_class not in state.architectures:
         support = unsupported_at(states, state, f"arch:{arch.tt_class}")
-        return [Problem("architecture-not-registered", "model.checkpoint",
-                        f"vllm-tt-plugin registers no class {arch.tt_class} for {name}: {support}",
-                        "Choose another checkpoint or another plugin state")], None  # fmt: skip
+        return [
+            Problem(
+                code="architecture-not-registered",
+                key="model.checkpoint",
+                message=f"vllm-tt-plugin registers no class {arch.tt_class} for {name}: {support}",
+                fix="Choose another checkpoint or another plugin state",
+            )
+        ], None
     return [], _Entry(family, checkpoint, arch, row)
 
 
@@ -307,20 +362,33 @@ def _local_checkpoint(family: Family, name: str) -> Checkpoint | None:
 def _unknown_checkpoint(matrix: CompatibilityMatrix, family: Family, name: str) -> Problem:
     elsewhere = matrix.find(name)
     if elsewhere is not None:
-        return Problem("checkpoint-family-mismatch", "model.checkpoint",
-                       f"{name} belongs to family {elsewhere[0].family}, not {family.family}",
-                       f"Use +model={elsewhere[0].family}")  # fmt: skip
+        return Problem(
+            code="checkpoint-family-mismatch",
+            key="model.checkpoint",
+            message=f"{name} belongs to family {elsewhere[0].family}, not {family.family}",
+            fix=f"Use +model={elsewhere[0].family}",
+        )
     listed = tuple(c.checkpoint for c in family.checkpoints)
     near = matrix.nearest(name, listed) or listed[:5]
-    return Problem("unknown-checkpoint", "model.checkpoint", f"{name!r} is not in models/{family.family}.yaml",
-                   f"Did you mean {' or '.join(near)}?")  # fmt: skip
+    return Problem(
+        code="unknown-checkpoint",
+        key="model.checkpoint",
+        message=f"{name!r} is not in models/{family.family}.yaml",
+        fix=f"Did you mean {' or '.join(near)}?",
+    )
 
 
 def _check_engine(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
     if cfg.engine.kind in ("auto", engine):
         return []
-    return [Problem("engine-mesh-mismatch", "engine", f"engine={cfg.engine.kind} cannot drive mesh={cfg.mesh.option}",
-                    f"Use engine={engine} or engine=auto")]  # fmt: skip
+    return [
+        Problem(
+            code="engine-mesh-mismatch",
+            key="engine",
+            message=f"engine={cfg.engine.kind} cannot drive mesh={cfg.mesh.option}",
+            fix=f"Use engine={engine} or engine=auto",
+        )
+    ]
 
 
 def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
@@ -328,24 +396,34 @@ def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
     if cfg.engine.scheduler != "phased":
         return []
     if engine == "tt":
-        return [Problem("scheduler-native", "engine.scheduler",
-                        "the TT plugin's scheduler is phase-exclusive already; phased changes nothing on engine=tt",
-                        "Use engine.scheduler=default", "warning")]  # fmt: skip
+        return [
+            Problem(
+                code="scheduler-native",
+                key="engine.scheduler",
+                message="the TT plugin's scheduler is phase-exclusive already; phased changes nothing on engine=tt",
+                fix="Use engine.scheduler=default",
+                severity="warning",
+            )
+        ]
     owned = ("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--max-num-batched-tokens")
     found = [
-        Problem("flag-owned-by-config", "engine.extra_args",
-                f"{flag} is set by engine.scheduler=phased (no chunked prefill, a budget of max_context)",
-                f"Remove {flag} or use engine.scheduler=default",
-                change=extra_args_without(cfg.engine.extra_args, flag))
-        for flag, _ in flag_names(cfg.engine.extra_args) if flag in owned
-    ]  # fmt: skip
+        Problem(
+            code="flag-owned-by-config",
+            key="engine.extra_args",
+            message=f"{flag} is set by engine.scheduler=phased (no chunked prefill, a budget of max_context)",
+            fix=f"Remove {flag} or use engine.scheduler=default",
+            change=extra_args_without(cfg.engine.extra_args, flag),
+        )
+        for flag, _ in flag_names(cfg.engine.extra_args)
+        if flag in owned
+    ]
     if cfg.features.chunked_prefill:
         found.append(
             Problem(
-                "flag-owned-by-config",
-                "features.chunked_prefill",
-                "engine.scheduler=phased prefills whole prompts",
-                "Set features.chunked_prefill=null",
+                code="flag-owned-by-config",
+                key="features.chunked_prefill",
+                message="engine.scheduler=phased prefills whole prompts",
+                fix="Set features.chunked_prefill=null",
                 change=("features.chunked_prefill=null",),
             )
         )
@@ -357,25 +435,49 @@ def _check_pinned(cfg: ApplianceConfig, e: _Entry, engine: EngineKind) -> list[P
     trust); an embedded model or a local folder needs none, and a revision of one is a mistake."""
     checkpoint, revision = cfg.model.checkpoint, cfg.model.revision
     if e.checkpoint.generated or is_local_path(checkpoint):
-        what = "an embedded model, built and checked against its recorded hash" if e.checkpoint.generated else (
-            "a local folder")  # fmt: skip
-        return [Problem("revision-not-applicable", "model.revision", f"{checkpoint} is {what}: it has no hub revision",
-                        "Remove model.revision", change=("~model.revision",))] if revision else []  # fmt: skip
+        what = (
+            "an embedded model, built and checked against its recorded hash"
+            if e.checkpoint.generated
+            else ("a local folder")
+        )
+        return (
+            [
+                Problem(
+                    code="revision-not-applicable",
+                    key="model.revision",
+                    message=f"{checkpoint} is {what}: it has no hub revision",
+                    fix="Remove model.revision",
+                    change=("~model.revision",),
+                )
+            ]
+            if revision
+            else []
+        )
     try:
         check_checkpoint(checkpoint)
     except WeightsError as bad:
-        return [Problem("checkpoint-name", "model.checkpoint", str(bad), "Name a hub repository as org/name")]
+        return [
+            Problem(
+                code="checkpoint-name",
+                key="model.checkpoint",
+                message=str(bad),
+                fix="Name a hub repository as org/name",
+            )
+        ]
     if revision is not None:
         return []
-    boot = ("engine=tt never downloads at boot: serve finds it only in the hub cache" if engine == "tt"
-            else "the engine downloads whatever the hub serves at boot, unchecked")  # fmt: skip
+    boot = (
+        "engine=tt never downloads at boot: serve finds it only in the hub cache"
+        if engine == "tt"
+        else "the engine downloads whatever the hub serves at boot, unchecked"
+    )
     return [
         Problem(
-            "revision-unpinned",
-            "model.revision",
-            f"{checkpoint} names no revision: {boot}",
-            "Set model.revision to the hub commit to serve and run `appliance fetch` ahead",
-            "warning",
+            code="revision-unpinned",
+            key="model.revision",
+            message=f"{checkpoint} names no revision: {boot}",
+            fix="Set model.revision to the hub commit to serve and run `appliance fetch` ahead",
+            severity="warning",
         )
     ]
 
@@ -385,18 +487,23 @@ def _check_precision(cfg: ApplianceConfig, e: _Entry) -> list[Problem]:
     if name != "default" and not e.architecture.accepts_optimizations:
         return [
             Problem(
-                "precision-not-validated",
-                "precision",
-                f"{e.architecture.tt_class} asserts that no precision profile is passed",
-                "Set precision=default",
+                code="precision-not-validated",
+                key="precision",
+                message=f"{e.architecture.tt_class} asserts that no precision profile is passed",
+                fix="Set precision=default",
                 change=("precision=default",),
             )
         ]
     if name not in e.row.precisions:
-        return [Problem("precision-not-validated", "precision",
-                        f"precision={name} is not validated for {e.checkpoint.checkpoint} on {cfg.mesh.option}",
-                        f"Set precision={e.row.precisions[0]} (validated: {', '.join(e.row.precisions)})",
-                        change=(f"precision={e.row.precisions[0]}",))]  # fmt: skip
+        return [
+            Problem(
+                code="precision-not-validated",
+                key="precision",
+                message=f"precision={name} is not validated for {e.checkpoint.checkpoint} on {cfg.mesh.option}",
+                fix=f"Set precision={e.row.precisions[0]} (validated: {', '.join(e.row.precisions)})",
+                change=(f"precision={e.row.precisions[0]}",),
+            )
+        ]
     return []
 
 

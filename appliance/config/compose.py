@@ -151,8 +151,16 @@ def composition_inputs(
         fix = "Create it or point APPLIANCE_SITE_DIR/--site-dir at the fleet's site files"
         raise ConfigError((problem("site-dir-missing", "--site-dir", f"{site_dir} is not a directory", fix),))
     if host_file is not None and not host_file.is_file():
-        raise ConfigError((problem("host-file-missing", "APPLIANCE_HOST_FILE", f"{host_file} does not exist",
-                                    "Unset APPLIANCE_HOST_FILE or create the file"),))  # fmt: skip
+        raise ConfigError(
+            (
+                problem(
+                    "host-file-missing",
+                    "APPLIANCE_HOST_FILE",
+                    f"{host_file} does not exist",
+                    "Unset APPLIANCE_HOST_FILE or create the file",
+                ),
+            )
+        )
     normalized = tuple(_OPEN_MAP.sub(r"++\g<key>", _GROUP_ALIAS.sub(r"\g<group>=", o)) for o in overrides)
     bad_choices = [
         problem("bad-override", m["group"], f"{o!r}: a group takes one option name", f"Use {m['group']}=<option>")

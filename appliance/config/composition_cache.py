@@ -33,17 +33,29 @@ __all__ = ["CODE", "cached_composition", "composition_key", "composition_sources
 T = TypeVar("T")
 
 CODE = (
-    "appliance.config.compose", "appliance.config.composition_cache", "appliance.config.choices",
-    "appliance.config.problems", "appliance.config.secrets", "appliance.config.schema", "appliance.config.bounds",
-    "appliance.config.constraints", "appliance.config.value_overrides",
-    "appliance.data_files", "appliance.resources",
-    "hydra", "omegaconf.version", "yaml", "pydantic.version", "annotated_types",
-)  # fmt: skip
+    "appliance.config.compose",
+    "appliance.config.composition_cache",
+    "appliance.config.choices",
+    "appliance.config.problems",
+    "appliance.config.secrets",
+    "appliance.config.schema",
+    "appliance.config.bounds",
+    "appliance.config.constraints",
+    "appliance.config.value_overrides",
+    "appliance.data_files",
+    "appliance.resources",
+    "hydra",
+    "omegaconf.version",
+    "yaml",
+    "pydantic.version",
+    "annotated_types",
+)
 """The modules whose source a cached composition depends on (a package's `__init__` holds its version)."""
 
 # Resolvers that compute from their arguments alone; `oc.env` is keyed by the values it reads.
-_PURE_RESOLVERS = frozenset({"oc.env", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
-                             "oc.dict.keys", "oc.dict.values"})  # fmt: skip
+_PURE_RESOLVERS = frozenset(
+    {"oc.env", "oc.select", "oc.decode", "oc.create", "oc.deprecated", "oc.dict.keys", "oc.dict.values"}
+)
 _RESOLVER = re.compile(r"\$\{\s*([\w.]+)\s*:")
 _ENV_NAMED = re.compile(r"\$\{\s*oc\.env\s*:\s*['\"]?([A-Za-z_]\w*)['\"]?\s*[,}]")
 

@@ -20,26 +20,45 @@ def check_constraints(cfg: ApplianceConfig) -> list[Problem]:
     shared_address = s.host == c.host or bool({s.host, c.host} & set(_ANY))
     found = []
     if s.port == c.port and shared_address:
-        found.append(Problem("port-collision", "control.port", f"serving.port and control.port are both {s.port}",
-                             "Give the engine and the control API different ports"))  # fmt: skip
+        found.append(
+            Problem(
+                code="port-collision",
+                key="control.port",
+                message=f"serving.port and control.port are both {s.port}",
+                fix="Give the engine and the control API different ports",
+            )
+        )
     if sup.backoff_initial_s > sup.backoff_max_s:
         found.append(
             _above("supervisor.backoff_initial_s", sup.backoff_initial_s, "supervisor.backoff_max_s", sup.backoff_max_s)
         )
     if sup.hang_timeout_s < sup.health_interval_s:
-        found.append(Problem("bad-value", "supervisor.hang_timeout_s",
-                             f"{sup.hang_timeout_s} is below supervisor.health_interval_s ({sup.health_interval_s})",
-                             "A hang needs one missed probe: set hang_timeout_s >= health_interval_s"))  # fmt: skip
+        found.append(
+            Problem(
+                code="bad-value",
+                key="supervisor.hang_timeout_s",
+                message=f"{sup.hang_timeout_s} is below supervisor.health_interval_s ({sup.health_interval_s})",
+                fix="A hang needs one missed probe: set hang_timeout_s >= health_interval_s",
+            )
+        )
     for name in ("prompt_tokens", "output_tokens"):
         dist = getattr(cfg.workload, name)
         if dist.min > dist.max:
             found.append(_above(f"workload.{name}.min", dist.min, f"workload.{name}.max", dist.max))
     for name in ("per_request", "sizes"):
         if not getattr(cfg.workload.images, name):
-            found.append(Problem("bad-value", f"workload.images.{name}", "is an empty list",
-                                 f"Give workload.images.{name} at least one entry"))  # fmt: skip
+            found.append(
+                Problem(
+                    code="bad-value",
+                    key=f"workload.images.{name}",
+                    message="is an empty list",
+                    fix=f"Give workload.images.{name} at least one entry",
+                )
+            )
     return found
 
 
 def _above(key: str, value: float, limit_key: str, limit: float) -> Problem:
-    return Problem("bad-value", key, f"{value} is above {limit_key} ({limit})", f"Set {key} <= {limit_key}")
+    return Problem(
+        code="bad-value", key=key, message=f"{value} is above {limit_key} ({limit})", fix=f"Set {key} <= {limit_key}"
+    )

@@ -77,8 +77,12 @@ def _nested(key: str) -> Problem | None:
     head, _, rest = key.partition(".")
     if head not in _NESTED or (head == "site" and rest.partition(".")[0] not in schema_keys()):
         return None
-    return problem("unknown-key", key, f"`{key}` is not a config key: {_NESTED[head]}'s keys landed under `{head}`",
-                   "Start the file with `# @package _global_`, as conf/site/*.yaml do")  # fmt: skip
+    return problem(
+        "unknown-key",
+        key,
+        f"`{key}` is not a config key: {_NESTED[head]}'s keys landed under `{head}`",
+        "Start the file with `# @package _global_`, as conf/site/*.yaml do",
+    )
 
 
 def _where(key: str, provenance: Mapping[str, str]) -> str:

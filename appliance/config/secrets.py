@@ -72,10 +72,10 @@ def _scan_args(args: list[str], key: str) -> Iterator[tuple[str, str]]:
 def _problem(key: str, how: str, provenance: Mapping[str, str]) -> Problem:
     where = provenance.get(key.split("[", 1)[0], "the config")
     return Problem(
-        "secret-by-value",
-        key,
-        f"{key} holds a credential by value ({how}; set in {where}); it would reach plans, units and logs",
-        _fix(key),
+        code="secret-by-value",
+        key=key,
+        message=f"{key} holds a credential by value ({how}; set in {where}); it would reach plans, units and logs",
+        fix=_fix(key),
     )
 
 

@@ -94,7 +94,7 @@ def state_document(snapshot: SupervisorSnapshot, plan: LaunchPlan) -> StateDocum
         weights=None if plan.weights is None else validate(WeightsDocument, plan.weights),
         tensor_cache=None
         if plan.tensor_cache is None
-        else validate(TensorCacheDocument, cache_state(plan.tensor_cache)),  # fmt: skip
+        else validate(TensorCacheDocument, cache_state(plan.tensor_cache)),
     )
 
 
@@ -163,8 +163,11 @@ def create_app(
         return PlainTextResponse("upgrading" if held else state.value, status_code=200 if ready else 503)
 
     def state_now() -> StateDocument:
-        document = replace(state_document(sup.snapshot(), sup.plan), capabilities=capabilities.document(),
-                           boards=None if boards is None else boards_document(boards()))  # fmt: skip
+        document = replace(
+            state_document(sup.snapshot(), sup.plan),
+            capabilities=capabilities.document(),
+            boards=None if boards is None else boards_document(boards()),
+        )
         return with_generations(document, upgrades)
 
     def host_now() -> HostDocument:
@@ -271,8 +274,18 @@ def create_slots_app(
         where = ", ".join(f"/slots/{slot}{request.url.path}" for slot in sups)
         return JSONResponse({"error": f"this appliance serves slots ({name}); ask {where}"}, status_code=404)
 
-    roots = ("/state", "/load", "/live", "/metrics", "/engine/metrics", "/host", "/checks", "/logs", "/drain",
-             "/restart")  # fmt: skip
+    roots = (
+        "/state",
+        "/load",
+        "/live",
+        "/metrics",
+        "/engine/metrics",
+        "/host",
+        "/checks",
+        "/logs",
+        "/drain",
+        "/restart",
+    )
     return Starlette(
         routes=[
             Route("/livez", livez),

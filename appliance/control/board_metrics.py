@@ -21,28 +21,51 @@ _LABELS = ["board", "slot"]
 # series, help, the reading's field, scale to the base unit
 _READINGS = (
     ("appliance_board_temperature_celsius", "ASIC temperature (hwmon temp1_input)", "temperature_c", 1.0),
-    ("appliance_board_trip_temperature_celsius", "Thermal trip point (hwmon temp1_crit, else boards.trip_c)",
-     "trip_c", 1.0),
+    (
+        "appliance_board_trip_temperature_celsius",
+        "Thermal trip point (hwmon temp1_crit, else boards.trip_c)",
+        "trip_c",
+        1.0,
+    ),
     ("appliance_board_power_watts", "Board power (hwmon power1_input)", "power_w", 1.0),
     ("appliance_board_current_amperes", "Board current (hwmon curr1_input)", "current_a", 1.0),
     ("appliance_board_voltage_volts", "Core voltage (hwmon in0_input)", "voltage_v", 1.0),
     ("appliance_board_aiclk_hertz", "AI clock (tt_aiclk)", "aiclk_mhz", 1e6),
-)  # fmt: skip
+)
 
 
 def boards_document(view: BoardsView) -> BoardsDocument:
     """The view as GET /state carries it."""
-    return BoardsDocument(view.source, view.slot, view.interval_s, tuple(_board(b) for b in view.boards), view.error,
-                          view.samples)  # fmt: skip
+    return BoardsDocument(
+        view.source, view.slot, view.interval_s, tuple(_board(b) for b in view.boards), view.error, view.samples
+    )
 
 
 def _board(health: BoardHealth) -> BoardHealthDocument:
     r = health.reading
     return BoardHealthDocument(
-        r.board, health.slot, health.state, health.reason, r.present, r.card_type, r.firmware, r.temperature_c,
-        r.trip_c, r.power_w, r.current_a, r.voltage_v, r.aiclk_mhz, health.heartbeat_age_s, r.therm_trips,
-        health.trips_since_start, r.dram_trained, r.problems, health.temperatures, health.powers, health.aiclks,
-    )  # fmt: skip
+        r.board,
+        health.slot,
+        health.state,
+        health.reason,
+        r.present,
+        r.card_type,
+        r.firmware,
+        r.temperature_c,
+        r.trip_c,
+        r.power_w,
+        r.current_a,
+        r.voltage_v,
+        r.aiclk_mhz,
+        health.heartbeat_age_s,
+        r.therm_trips,
+        health.trips_since_start,
+        r.dram_trained,
+        r.problems,
+        health.temperatures,
+        health.powers,
+        health.aiclks,
+    )
 
 
 class BoardCollector:
@@ -58,10 +81,16 @@ class BoardCollector:
         yield source
         docs = [_board(b) for b in view.boards]
         yield self._state(docs)
-        yield _family("appliance_board_heartbeat_age_seconds", "Time since the board's ARC heartbeat last advanced",
-                      ((d, d.heartbeat_age_s) for d in docs))  # fmt: skip
-        trips = CounterMetricFamily("appliance_board_thermal_trips", "Thermal trips since the driver loaded "
-                                    "(tt_therm_trip_count)", labels=_LABELS)  # fmt: skip
+        yield _family(
+            "appliance_board_heartbeat_age_seconds",
+            "Time since the board's ARC heartbeat last advanced",
+            ((d, d.heartbeat_age_s) for d in docs),
+        )
+        trips = CounterMetricFamily(
+            "appliance_board_thermal_trips",
+            "Thermal trips since the driver loaded (tt_therm_trip_count)",
+            labels=_LABELS,
+        )
         for d in docs:
             if d.therm_trips is not None:
                 trips.add_metric([d.board, d.slot], d.therm_trips)
@@ -71,8 +100,11 @@ class BoardCollector:
 
     @staticmethod
     def _state(docs: list[BoardHealthDocument]) -> Metric:
-        state = GaugeMetricFamily("appliance_board_state", "1 for the board's state (ok, hot, stalled, tripped, gone, "
-                                  "unknown)", labels=[*_LABELS, "state"])  # fmt: skip
+        state = GaugeMetricFamily(
+            "appliance_board_state",
+            "1 for the board's state (ok, hot, stalled, tripped, gone, unknown)",
+            labels=[*_LABELS, "state"],
+        )
         for d in docs:
             for name in BOARD_STATES:
                 state.add_metric([d.board, d.slot, name], float(d.state == name))
@@ -85,12 +117,16 @@ class BoardCollector:
                 values = ((d, d.trip_c or self._trip_c) for d in docs)
             yield _family(name, text, ((d, None if v is None else v * scale) for d, v in values))
         yield _family("appliance_board_up", "1 while the board is present", ((d, float(d.present)) for d in docs))
-        yield _family("appliance_board_dram_trained", "1 when the board's DRAM trained",
-                      ((d, None if d.dram_trained is None else float(d.dram_trained)) for d in docs))  # fmt: skip
+        yield _family(
+            "appliance_board_dram_trained",
+            "1 when the board's DRAM trained",
+            ((d, None if d.dram_trained is None else float(d.dram_trained)) for d in docs),
+        )
         info = InfoMetricFamily("appliance_board", "The board's type and firmware bundle", labels=_LABELS)
         for d in docs:
-            info.add_metric([d.board, d.slot], {"card_type": d.card_type or "unknown", "firmware": d.firmware or
-                                                "unknown"})  # fmt: skip
+            info.add_metric(
+                [d.board, d.slot], {"card_type": d.card_type or "unknown", "firmware": d.firmware or "unknown"}
+            )
         yield info
 
 

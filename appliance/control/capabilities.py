@@ -55,9 +55,14 @@ class CapabilityView:
 
 def _values(caps: Capabilities) -> dict[str, object]:
     return {
-        "prefix_caching": caps.prefix_caching, "chunked_prefill": caps.chunked_prefill,
-        "async_scheduling": caps.async_scheduling, "speculative": caps.speculative,
-        "max_model_len": caps.max_model_len, "max_num_seqs": caps.max_num_seqs,
-        "max_num_batched_tokens": caps.max_num_batched_tokens, "compact_json": caps.compact_json,
-        "data_parallel": caps.data_parallel, "kv_cache_memory_bytes": caps.kv_cache_memory_bytes,
-    }  # fmt: skip
+        "prefix_caching": caps.prefix_caching,
+        "chunked_prefill": caps.chunked_prefill,
+        "async_scheduling": caps.async_scheduling,
+        "speculative": caps.speculative,
+        "max_model_len": caps.max_model_len,
+        "max_num_seqs": caps.max_num_seqs,
+        "max_num_batched_tokens": caps.max_num_batched_tokens,
+        "compact_json": caps.compact_json,
+        "data_parallel": caps.data_parallel,
+        "kv_cache_memory_bytes": caps.kv_cache_memory_bytes,
+    }

@@ -94,8 +94,9 @@ class ControlClient:
         target = self.targets[name]
         headers = _headers(target) | ({"If-None-Match": held} if held else {})
         try:
-            async with self._session().request(method, f"{target.url}{path}", headers=headers,
-                                               ssl=self._tls[name]) as reply:  # fmt: skip
+            async with self._session().request(
+                method, f"{target.url}{path}", headers=headers, ssl=self._tls[name]
+            ) as reply:
                 return _Reply(reply.status, reply.url.path, await reply.read(), reply.headers.get("ETag"))
         except _TRANSPORT_ERRORS as err:
             raise ApiError(name, f"{failed}{_reason(err)}{_tls_hint(target, err)}") from None
@@ -147,8 +148,9 @@ class ControlClient:
         url = f"{target.url}/logs?tail={tail}&follow=1"
         endless = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout)  # the stream has no end to wait for
         try:
-            async with self._session().get(url, headers=_headers(target), timeout=endless,
-                                           ssl=self._tls[name]) as reply:  # fmt: skip
+            async with self._session().get(
+                url, headers=_headers(target), timeout=endless, ssl=self._tls[name]
+            ) as reply:
                 if reply.status != 200:
                     refused = _Reply(reply.status, reply.url.path, await reply.read())
                     raise ApiError(name, _refusal(refused), reply.status)
@@ -171,8 +173,9 @@ class SyncControlClient:
 
     def __init__(self, target: Target, *, transport: httpx.BaseTransport | None = None, timeout_s: float = 5.0) -> None:
         self.target = target
-        self._http = httpx.Client(transport=transport, timeout=timeout_s, trust_env=False,
-                                  verify=client_context(target.ca_file) or True)  # fmt: skip
+        self._http = httpx.Client(
+            transport=transport, timeout=timeout_s, trust_env=False, verify=client_context(target.ca_file) or True
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -215,8 +218,9 @@ class SyncControlClient:
     def act(self, action: Action) -> str:
         return _accepted(self.target, action, self._reply("POST", f"/{action}", failed=f"{action} not sent, "))
 
-    def upgrade(self, overrides: Sequence[str], against: str | None, gates: Mapping[str, object], *,
-                check: bool) -> UpgradeDocument:  # fmt: skip
+    def upgrade(
+        self, overrides: Sequence[str], against: str | None, gates: Mapping[str, object], *, check: bool
+    ) -> UpgradeDocument:
         """POST /upgrade: the upgrade the appliance judged and (unless `check`) started; ApiError with its one-line
         refusal otherwise."""
         body = {"overrides": list(overrides), "against": against, "gates": dict(gates), "check": check}

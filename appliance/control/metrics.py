@@ -50,16 +50,22 @@ class ApplianceMetrics:
         self._upgrades = upgrades
         self._latest: LoadDocument | None = None
         self._state = EnumMetric(
-            "appliance_engine_state", "Engine lifecycle state", states=[s.value for s in EngineState],
+            "appliance_engine_state",
+            "Engine lifecycle state",
+            states=[s.value for s in EngineState],
             registry=self.registry,
-        )  # fmt: skip
+        )
         self._ready = Gauge("appliance_engine_ready", "1 when the engine is ready", registry=self.registry)
         self._restarts = Counter("appliance_engine_restarts", "Crash restarts", registry=self.registry)
         self._phase = Gauge(
             "appliance_boot_phase_seconds", "Duration of the last boot's phases", ["phase"], registry=self.registry
         )
-        self._faults = Counter("appliance_faults", "Boots the fault ladder ended, by rule and whether the device "
-                               "was at fault", ["rule", "device"], registry=self.registry)  # fmt: skip
+        self._faults = Counter(
+            "appliance_faults",
+            "Boots the fault ladder ended, by rule and whether the device was at fault",
+            ["rule", "device"],
+            registry=self.registry,
+        )
         snap = sup.snapshot()
         self._state.state(snap.state.value)
         self._ready.set(1 if snap.state is EngineState.READY else 0)
@@ -95,8 +101,16 @@ class ApplianceMetrics:
         """The series read at scrape time (the registry calls this; it is a prometheus_client Collector)."""
         plan = self._sup.plan  # read at each scrape: an upgrade switches it
         config = InfoMetricFamily("appliance_config", "The running config")
-        config.add_metric([], {"config_hash": plan.config_hash, "site": plan.site, "checkpoint": plan.checkpoint,
-                               "mesh": plan.mesh, "engine": plan.engine})  # fmt: skip
+        config.add_metric(
+            [],
+            {
+                "config_hash": plan.config_hash,
+                "site": plan.site,
+                "checkpoint": plan.checkpoint,
+                "mesh": plan.mesh,
+                "engine": plan.engine,
+            },
+        )
         yield config
         if self._upgrades is not None:
             yield from _generations(*self._upgrades.generations())
@@ -105,8 +119,11 @@ class ApplianceMetrics:
         if self._latest is not None and self._latest.summary is not None:
             yield from self._load_now(self._latest.summary)
         yield from self._goodput()
-        differs = GaugeMetricFamily("appliance_capability_differs", "1 for each capability the engine runs "
-                                    "otherwise than the plan requested", labels=["capability"])  # fmt: skip
+        differs = GaugeMetricFamily(
+            "appliance_capability_differs",
+            "1 for each capability the engine runs otherwise than the plan requested",
+            labels=["capability"],
+        )
         for name in self._capabilities.differing():
             differs.add_metric([name], 1.0)
         yield differs
@@ -118,25 +135,36 @@ class ApplianceMetrics:
         yield _gauge("appliance_engine_state_seconds", "Time in the current lifecycle state", self._clock() - entered)
         draining = float(snap.state is EngineState.DRAINING)
         yield _gauge("appliance_engine_draining", "1 while a drain is in progress", draining)
-        yield _gauge("appliance_quarantined", "1 when a device fault came back after the reset: hands needed",
-                     float(snap.quarantined))  # fmt: skip
+        yield _gauge(
+            "appliance_quarantined",
+            "1 when a device fault came back after the reset: hands needed",
+            float(snap.quarantined),
+        )
         boot = snap.boot
         if boot is not None:
             yield _gauge("appliance_boot_elapsed_seconds", "Time since the boot under way started", boot.elapsed_s)
         if boot is not None and boot.expected_s is not None:
-            yield _gauge("appliance_boot_expected_seconds", "Median boot time of this config on this host",
-                         boot.expected_s)  # fmt: skip
+            yield _gauge(
+                "appliance_boot_expected_seconds", "Median boot time of this config on this host", boot.expected_s
+            )
         if boot is not None and boot.eta_s is not None:
             yield _gauge("appliance_boot_eta_seconds", "Boot time left by the record (0 once over it)", boot.eta_s)
 
     def _stalls(self) -> Iterator[Metric]:
         stalls = self._load.stalls()
-        yield CounterMetricFamily("appliance_decode_stalls", "Prefill-only steps that held running decodes back "
-                                  "(from the engine's per-step log)", value=stalls.stalls)  # fmt: skip
-        yield CounterMetricFamily("appliance_decode_stall_seconds", "Time of the steps that held decodes back",
-                                  value=stalls.stall_s)  # fmt: skip
-        yield CounterMetricFamily("appliance_decode_seconds", "Time of the steps while streams decoded, stalls "
-                                  "included (the inter-token time)", value=stalls.decode_s)  # fmt: skip
+        yield CounterMetricFamily(
+            "appliance_decode_stalls",
+            "Prefill-only steps that held running decodes back (from the engine's per-step log)",
+            value=stalls.stalls,
+        )
+        yield CounterMetricFamily(
+            "appliance_decode_stall_seconds", "Time of the steps that held decodes back", value=stalls.stall_s
+        )
+        yield CounterMetricFamily(
+            "appliance_decode_seconds",
+            "Time of the steps while streams decoded, stalls included (the inter-token time)",
+            value=stalls.decode_s,
+        )
 
     def _load_now(self, summary: SummaryDocument) -> Iterator[Metric]:
         for name, text, value in (
@@ -156,8 +184,9 @@ class ApplianceMetrics:
         targets.add_metric(["ttft"], float(ttft) / 1000)
         targets.add_metric(["tpot"], float(itl) / 1000)
         yield targets
-        shares = GaugeMetricFamily("appliance_goodput_ratio", "Share of the last minute's requests within the SLO",
-                                   labels=["slo"])  # fmt: skip
+        shares = GaugeMetricFamily(
+            "appliance_goodput_ratio", "Share of the last minute's requests within the SLO", labels=["slo"]
+        )
         for name, share in self._load.goodput(float(ttft) / 1000, float(itl) / 1000).items():
             shares.add_metric([name], share)
         yield shares
@@ -173,33 +202,44 @@ def _stored(plan: LaunchPlan) -> Iterator[Metric]:
             ok = 1.0
         except WeightsError:
             ok = 0.0
-        family = GaugeMetricFamily("appliance_weights_verified", "1 while the pinned checkpoint's files match its "
-                                   "weights lock", labels=["checkpoint", "revision"])  # fmt: skip
+        family = GaugeMetricFamily(
+            "appliance_weights_verified",
+            "1 while the pinned checkpoint's files match its weights lock",
+            labels=["checkpoint", "revision"],
+        )
         family.add_metric([weights.checkpoint, weights.revision], ok)
         yield family
     if plan.tensor_cache is not None:
-        yield _gauge("appliance_tensor_cache_built", "1 once a boot built this plan's tensor cache and reached ready",
-                     float(cache_state(plan.tensor_cache).built))  # fmt: skip
+        yield _gauge(
+            "appliance_tensor_cache_built",
+            "1 once a boot built this plan's tensor cache and reached ready",
+            float(cache_state(plan.tensor_cache).built),
+        )
 
 
-def _generations(current: GenerationDocument, previous: GenerationDocument | None,
-                 last: UpgradeDocument | None) -> Iterator[Metric]:  # fmt: skip
+def _generations(
+    current: GenerationDocument, previous: GenerationDocument | None, last: UpgradeDocument | None
+) -> Iterator[Metric]:
     """The generation serving, the one a rollback returns to and the one an upgrade is trying; whether an upgrade
     runs, and whether the last one ended otherwise than passed (rolled back, interrupted, its rollback failed)."""
     roles = {"current": current, "previous": previous}
     running = last is not None and last.outcome == "running"
     if last is not None and running:
         roles["upgrading"] = last.new
-    info = InfoMetricFamily("appliance_generation", "The appliance's generations by role (config hashes)",
-                            labels=["role"])  # fmt: skip
+    info = InfoMetricFamily(
+        "appliance_generation", "The appliance's generations by role (config hashes)", labels=["role"]
+    )
     for role, generation in roles.items():
         if generation is not None:
             info.add_metric([role], {"generation": generation.id})
     yield info
     yield _gauge("appliance_upgrade_running", "1 while an upgrade is under way (out of rotation)", float(running))
     failed = last is not None and last.outcome not in ("running", "passed")
-    yield _gauge("appliance_upgrade_failed", "1 when the last upgrade did not pass (rolled back, interrupted, or its "
-                 "rollback failed)", float(failed))  # fmt: skip
+    yield _gauge(
+        "appliance_upgrade_failed",
+        "1 when the last upgrade did not pass (rolled back, interrupted, or its rollback failed)",
+        float(failed),
+    )
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

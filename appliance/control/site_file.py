@@ -72,4 +72,4 @@ def target(entry: SiteEntry, environ: Mapping[str, str] = os.environ) -> Target:
 
 def _site_error(path: Path, key: str, message: str) -> ConfigError:
     fix = "Each entry needs name and url, and may set token_env (see `appliance console --help`)"
-    return ConfigError((Problem("site-file", f"{path}{':' + key if key else ''}", message, fix),))
+    return ConfigError((Problem(code="site-file", key=f"{path}{':' + key if key else ''}", message=message, fix=fix),))

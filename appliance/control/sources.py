@@ -56,8 +56,9 @@ class Upgrades(Protocol):
         """The current generation, the previous one and the last upgrade."""
         ...
 
-    async def start(self, overrides: tuple[str, ...], against: str | None, gates: Mapping[str, object],
-                    check: bool) -> UpgradeDocument:  # fmt: skip
+    async def start(
+        self, overrides: tuple[str, ...], against: str | None, gates: Mapping[str, object], check: bool
+    ) -> UpgradeDocument:
         """Judge the generation `overrides` compose to under the plugin state `against` and, unless `check`, start
         upgrading to it."""
         ...

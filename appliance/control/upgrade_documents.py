@@ -80,8 +80,9 @@ class UpgradeDocument:
         return self.steps[-1].name if self.steps else None
 
 
-def generation_lines(current: GenerationDocument | None, previous: GenerationDocument | None,
-                     upgrade: UpgradeDocument | None) -> list[str]:  # fmt: skip
+def generation_lines(
+    current: GenerationDocument | None, previous: GenerationDocument | None, upgrade: UpgradeDocument | None
+) -> list[str]:
     """What `appliance status` and the console say: the generation serving, and the upgrade under way (its step and
     gates so far) or how the last one ended when it did not pass."""
     if current is None:
@@ -91,5 +92,8 @@ def generation_lines(current: GenerationDocument | None, previous: GenerationDoc
         return lines
     if upgrade.outcome != "running":
         return [*lines, f"last upgrade {upgrade.old.id} -> {upgrade.new.id} {upgrade.outcome}: {upgrade.reason}"]
-    return [*lines, f"upgrading {upgrade.old.id} -> {upgrade.new.id}: step {upgrade.step}",
-            *(f"  {gate.render()}" for gate in upgrade.gates)]  # fmt: skip
+    return [
+        *lines,
+        f"upgrading {upgrade.old.id} -> {upgrade.new.id}: step {upgrade.step}",
+        *(f"  {gate.render()}" for gate in upgrade.gates),
+    ]

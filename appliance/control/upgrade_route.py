@@ -31,8 +31,7 @@ def with_generations(document: StateDocument, upgrades: Upgrades | None) -> Stat
     if upgrades is None:
         return document
     current, previous, last = upgrades.generations()
-    return replace(document, generation=current, previous_generation=previous, upgrade=last,
-                   site_dir=upgrades.site_dir)  # fmt: skip
+    return replace(document, generation=current, previous_generation=previous, upgrade=last, site_dir=upgrades.site_dir)
 
 
 def upgrade_handler(upgrades: Upgrades | None) -> Handler:

@@ -49,20 +49,29 @@ class AnsibleFiles:
     playbook: str
 
 
-def render_ansible(site: str, entries: Sequence[Appliance], appliance: Sequence[str],
-                   upgrade_args: Sequence[str]) -> AnsibleFiles:  # fmt: skip
+def render_ansible(
+    site: str, entries: Sequence[Appliance], appliance: Sequence[str], upgrade_args: Sequence[str]
+) -> AnsibleFiles:
     """The inventory of `entries` (group `site`) and the three-play upgrade playbook; `appliance` is the command
     that runs `appliance` on the hosts."""
     group = _GROUP.sub("_", site)
     hosts = {entry.name: _host_vars(entry) for entry in entries}
     inventory = {"all": {"children": {group: {"hosts": hosts}}}}
     variables = {"appliance_command": list(appliance), "upgrade_args": list(upgrade_args)}
-    fetch = _everywhere_play("fetch and verify the new generation's weights on every host", group, variables,
-                             _upgrade_task("the new generation's weights are in the store, verified", "--fetch"),
-                             "stop before any appliance leaves rotation")  # fmt: skip
-    judge = _everywhere_play("judge the change on every appliance before any changes", group, variables,
-                             _upgrade_task("the appliance answers and accepts the new generation", "--check"),
-                             "stop before any appliance changes")  # fmt: skip
+    fetch = _everywhere_play(
+        "fetch and verify the new generation's weights on every host",
+        group,
+        variables,
+        _upgrade_task("the new generation's weights are in the store, verified", "--fetch"),
+        "stop before any appliance leaves rotation",
+    )
+    judge = _everywhere_play(
+        "judge the change on every appliance before any changes",
+        group,
+        variables,
+        _upgrade_task("the appliance answers and accepts the new generation", "--check"),
+        "stop before any appliance changes",
+    )
     playbook = [fetch, judge, _upgrade_play(group, variables)]
     return AnsibleFiles(_dump(inventory), _dump(playbook))
 
@@ -71,8 +80,12 @@ def _host_vars(entry: Appliance) -> dict[str, Any]:
     host = urlsplit(entry.url).hostname or ""
     url = entry.url.rstrip("/")
     target = ["--url", url, "--token-file", "/dev/stdin", *(["--ca-file", entry.ca_file] if entry.ca_file else [])]
-    found: dict[str, Any] = {"ansible_host": host, "appliance_url": url, "appliance_token_env": entry.token_env,
-                             "appliance_target": target}  # fmt: skip
+    found: dict[str, Any] = {
+        "ansible_host": host,
+        "appliance_url": url,
+        "appliance_token_env": entry.token_env,
+        "appliance_target": target,
+    }
     if _loopback(host):
         found["ansible_connection"] = "local"  # an appliance on the controller itself: no ssh to it
         found["ansible_python_interpreter"] = "{{ ansible_playbook_python }}"
@@ -116,8 +129,9 @@ def _said(name: str) -> dict[str, Any]:
     return {"name": name, "ansible.builtin.fail": {"msg": msg}}
 
 
-def _everywhere_play(name: str, group: str, variables: dict[str, Any], task: dict[str, Any],
-                     stop: str) -> dict[str, Any]:  # fmt: skip
+def _everywhere_play(
+    name: str, group: str, variables: dict[str, Any], task: dict[str, Any], stop: str
+) -> dict[str, Any]:
     """`task` on every host at once (no serial); one failure fails the whole run, said as the command said it."""
     return {
         "name": name,
@@ -136,7 +150,7 @@ def _upgrade_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
             "url": "{{ appliance_url }}/readyz",
             "status_code": 200,
             "ca_path": "{{ appliance_ca_file | default(omit) }}",
-        },  # fmt: skip
+        },
         "register": "ready",
         "until": "ready.status == 200",
         "retries": _READY_RETRIES,
@@ -149,12 +163,16 @@ def _upgrade_play(group: str, variables: dict[str, Any]) -> dict[str, Any]:
         "serial": 1,
         "max_fail_percentage": 0,
         "vars": variables,
-        "tasks": [{
-            "block": [_upgrade_task("appliance upgrade (the appliance rolls itself back if a gate fails)", None),
-                      serving],
-            "rescue": [serving, _said("stop the roll at the failed gate")],
-        }],
-    }  # fmt: skip
+        "tasks": [
+            {
+                "block": [
+                    _upgrade_task("appliance upgrade (the appliance rolls itself back if a gate fails)", None),
+                    serving,
+                ],
+                "rescue": [serving, _said("stop the roll at the failed gate")],
+            }
+        ],
+    }
 
 
 class _Dumper(yaml.SafeDumper):

@@ -34,8 +34,13 @@ class BoardAlertOptions(Protocol):
 
 def alert(name: str, expr: str, hold: str, severity: str, summary: str, runbook: str) -> dict[str, Any]:
     """One alerting rule as Prometheus reads it, its runbook an annotation."""
-    return {"alert": name, "expr": expr, "for": hold, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "runbook": runbook}}  # fmt: skip
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": hold,
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "runbook": runbook},
+    }
 
 
 def board_alerts(site: str, o: BoardAlertOptions, tt_telemetry: bool) -> list[dict[str, Any]]:
@@ -44,32 +49,67 @@ def board_alerts(site: str, o: BoardAlertOptions, tt_telemetry: bool) -> list[di
     on, tt = f'job="{site}"', f'job="{site}-tt-telemetry"'
     where = "{{ $labels.appliance }} board {{ $labels.board }}"
     chip = "{{ $labels.appliance }} chip {{ $labels.chip }}"
-    reset = ("The appliance has already stopped the engine on it (the fault ladder: `appliance status` shows the "
-             "rule and next step). Reset the board with `tt-smi -r`; if it does not come back, the board needs hands "
-             "(`tt-smi -s`, reflash its firmware with tt-flash, reseat or replace it).")  # fmt: skip
-    hot = ("The board throttles or trips next. Check the host's airflow, fans and inlet temperature, and the load "
-           "(`appliance status` shows its temperature trend); a board hotter than its neighbours under the same "
-           "load needs its cooling looked at. A warning: the engine keeps serving.")  # fmt: skip
+    reset = (
+        "The appliance has already stopped the engine on it (the fault ladder: `appliance status` shows the "
+        "rule and next step). Reset the board with `tt-smi -r`; if it does not come back, the board needs hands "
+        "(`tt-smi -s`, reflash its firmware with tt-flash, reseat or replace it)."
+    )
+    hot = (
+        "The board throttles or trips next. Check the host's airflow, fans and inlet temperature, and the load "
+        "(`appliance status` shows its temperature trend); a board hotter than its neighbours under the same "
+        "load needs its cooling looked at. A warning: the engine keeps serving."
+    )
     return [
-        alert("ApplianceBoardHeartbeatStalled", f"changes(tt_arc_heartbeat{{{tt}}}[{o.board_stall_window}]) == 0"
-              if tt_telemetry else f"appliance_board_heartbeat_age_seconds{{{on}}} > {stall_s:g}", "0m", "critical",
-              f"{chip if tt_telemetry else where}: ARC heartbeat stalled", "The board's ARC firmware stopped. "
-              + reset),
-        alert("ApplianceBoardNearTrip", f"tt_asic_temperature_celsius{{{tt}}} >= {trip_c - margin_c:g}" if tt_telemetry
-              else f"appliance_board_temperature_celsius{{{on}}} >= "
-              f"appliance_board_trip_temperature_celsius{{{on}}} - {margin_c:g}", hold, "warning",
-              f"{chip if tt_telemetry else where} at " + "{{ $value }} C, near its thermal trip point", hot),
-        alert("ApplianceBoardThermalTrips", f"increase(appliance_board_thermal_trips_total{{{on}}}[{window}]) > 0",
-              "0m", "critical", f"{where} tripped thermally", "The board cut its clocks to cool down; the engine on "
-              "it was stopped (the fault ladder). " + hot.split(". A warning")[0] + ". Then restart it."),
-        alert("ApplianceBoardDramUntrained", f"tt_dram_trained{{{tt}}} == 0" if tt_telemetry
-              else f"appliance_board_dram_trained{{{on}}} == 0", "0m", "critical",
-              f"{chip if tt_telemetry else where}: DRAM did not train", "The board's GDDR failed training: models "
-              "fail to load or corrupt results. Reset with `tt-smi -r` and look at gddr_telemetry in `tt-smi -s`; "
-              "DRAM that keeps failing training means the board goes back for repair."),
-        alert("ApplianceBoardFirmwareDiffers", f"count(count by (version) (tt_fw_bundle_firmware_info{{{tt}}})) > 1"
-              if tt_telemetry else f"count(count by (firmware) (appliance_board_info{{{on}}})) > 1", hold, "warning",
-              f"site {site}: boards run " + "{{ $value }} different firmware bundles", "The matrix pins firmware per "
-              "row and a mesh across boards needs one bundle: find the odd boards (the Grafana board row, or "
-              "`appliance check` per host) and tt-flash them to the site's bundle."),
-    ]  # fmt: skip
+        alert(
+            "ApplianceBoardHeartbeatStalled",
+            f"changes(tt_arc_heartbeat{{{tt}}}[{o.board_stall_window}]) == 0"
+            if tt_telemetry
+            else f"appliance_board_heartbeat_age_seconds{{{on}}} > {stall_s:g}",
+            "0m",
+            "critical",
+            f"{chip if tt_telemetry else where}: ARC heartbeat stalled",
+            "The board's ARC firmware stopped. " + reset,
+        ),
+        alert(
+            "ApplianceBoardNearTrip",
+            f"tt_asic_temperature_celsius{{{tt}}} >= {trip_c - margin_c:g}"
+            if tt_telemetry
+            else f"appliance_board_temperature_celsius{{{on}}} >= "
+            f"appliance_board_trip_temperature_celsius{{{on}}} - {margin_c:g}",
+            hold,
+            "warning",
+            f"{chip if tt_telemetry else where} at " + "{{ $value }} C, near its thermal trip point",
+            hot,
+        ),
+        alert(
+            "ApplianceBoardThermalTrips",
+            f"increase(appliance_board_thermal_trips_total{{{on}}}[{window}]) > 0",
+            "0m",
+            "critical",
+            f"{where} tripped thermally",
+            "The board cut its clocks to cool down; the engine on "
+            "it was stopped (the fault ladder). " + hot.split(". A warning")[0] + ". Then restart it.",
+        ),
+        alert(
+            "ApplianceBoardDramUntrained",
+            f"tt_dram_trained{{{tt}}} == 0" if tt_telemetry else f"appliance_board_dram_trained{{{on}}} == 0",
+            "0m",
+            "critical",
+            f"{chip if tt_telemetry else where}: DRAM did not train",
+            "The board's GDDR failed training: models "
+            "fail to load or corrupt results. Reset with `tt-smi -r` and look at gddr_telemetry in `tt-smi -s`; "
+            "DRAM that keeps failing training means the board goes back for repair.",
+        ),
+        alert(
+            "ApplianceBoardFirmwareDiffers",
+            f"count(count by (version) (tt_fw_bundle_firmware_info{{{tt}}})) > 1"
+            if tt_telemetry
+            else f"count(count by (firmware) (appliance_board_info{{{on}}})) > 1",
+            hold,
+            "warning",
+            f"site {site}: boards run " + "{{ $value }} different firmware bundles",
+            "The matrix pins firmware per "
+            "row and a mesh across boards needs one bundle: find the odd boards (the Grafana board row, or "
+            "`appliance check` per host) and tt-flash them to the site's bundle.",
+        ),
+    ]

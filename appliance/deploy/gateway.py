@@ -44,8 +44,16 @@ def backend(name: str, engine_url: str, control_url: str, ca_file: str | None = 
     """A backend from the two URLs an appliance reports; ConfigError naming it when one has no port."""
     engine, control = urlsplit(engine_url), urlsplit(control_url)
     if not (engine.hostname and engine.port and control.hostname and control.port):
-        raise ConfigError((Problem("gateway-backend", name, f"engine {engine_url} / control {control_url} lack a "
-                                   "host or port", "List each appliance's control URL with its port"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="gateway-backend",
+                    key=name,
+                    message=f"engine {engine_url} / control {control_url} lack a host or port",
+                    fix="List each appliance's control URL with its port",
+                ),
+            )
+        )
     ca = (ca_file or "@system-ca") if control.scheme == "https" else None
     return Backend(name, engine.hostname, engine.port, control.hostname, control.port, ca)
 
@@ -57,38 +65,40 @@ def render_haproxy(backends: Sequence[Backend], listen: str, check_interval_ms: 
         + (f" check-ssl verify required ca-file {b.control_ca}" if b.control_ca else "")
         for b in backends
     ]
-    return "\n".join([
-        "# Rendered by `appliance gateway`; health = each appliance's control API GET /readyz.",
-        "global",
-        "    log stdout format raw local0 notice",
-        "    maxconn 4096",
-        "",
-        "defaults",
-        "    mode http",
-        "    log global",
-        "    timeout connect 2s",
-        "    timeout client 10m",
-        "    timeout server 10m",  # a long generation streams for minutes
-        "    retries 3",
-        "    option redispatch 1",
-        "    retry-on conn-failure empty-response 502 503",
-        "",
-        "frontend openai",
-        f"    bind {listen}",
-        "    default_backend appliances",
-        "",
-        "backend appliances",
-        "    balance leastconn",
-        "    option httpchk",
-        "    http-check send meth GET uri /readyz",
-        "    http-check expect status 200",
-        # A 503 from /readyz answers at once, so two checks lead a drain by 2 × inter; a busy host's
-        # slow answer is given 2 s before it counts as a failed check (flapping otherwise, under load).
-        "    timeout check 2s",
-        f"    default-server inter {check_interval_ms}ms fall 2 rise 1",
-        *servers,
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "# Rendered by `appliance gateway`; health = each appliance's control API GET /readyz.",
+            "global",
+            "    log stdout format raw local0 notice",
+            "    maxconn 4096",
+            "",
+            "defaults",
+            "    mode http",
+            "    log global",
+            "    timeout connect 2s",
+            "    timeout client 10m",
+            "    timeout server 10m",  # a long generation streams for minutes
+            "    retries 3",
+            "    option redispatch 1",
+            "    retry-on conn-failure empty-response 502 503",
+            "",
+            "frontend openai",
+            f"    bind {listen}",
+            "    default_backend appliances",
+            "",
+            "backend appliances",
+            "    balance leastconn",
+            "    option httpchk",
+            "    http-check send meth GET uri /readyz",
+            "    http-check expect status 200",
+            # A 503 from /readyz answers at once, so two checks lead a drain by 2 × inter; a busy host's
+            # slow answer is given 2 s before it counts as a failed check (flapping otherwise, under load).
+            "    timeout check 2s",
+            f"    default-server inter {check_interval_ms}ms fall 2 rise 1",
+            *servers,
+            "",
+        ]
+    )
 
 
 def haproxy_binary() -> str:

@@ -23,26 +23,46 @@ def render_grafana(site: str, tt_telemetry: bool = False) -> str:
 
     own, engine = f'job="{site}"', f'job="{site}-engine"'
     panels = [
-        _timeline("State per appliance", f"appliance_engine_state{{{own}}} == 1",
-                  "{{appliance}} {{appliance_engine_state}}"),
-        _series("Load: requests running and waiting", "short", (f"appliance_requests_running{{{own}}}",
-                "{{appliance}} running"), (f"appliance_requests_waiting{{{own}}}", "{{appliance}} waiting")),
+        _timeline(
+            "State per appliance", f"appliance_engine_state{{{own}}} == 1", "{{appliance}} {{appliance_engine_state}}"
+        ),
+        _series(
+            "Load: requests running and waiting",
+            "short",
+            (f"appliance_requests_running{{{own}}}", "{{appliance}} running"),
+            (f"appliance_requests_waiting{{{own}}}", "{{appliance}} waiting"),
+        ),
         _series("KV-cache usage", "percentunit", (f"appliance_kv_cache_usage_ratio{{{own}}}", "{{appliance}}")),
         _latency("Time to first token", f"vllm:time_to_first_token_seconds_bucket{{{engine}}}"),
         _latency("Inter-token latency", f"vllm:inter_token_latency_seconds_bucket{{{engine}}}"),
-        _series("Decode stalls: share of inter-token time", "percentunit",
-                (f"rate(appliance_decode_stall_seconds_total{{{own}}}[$__rate_interval]) / "
-                 f"rate(appliance_decode_seconds_total{{{own}}}[$__rate_interval])", "{{appliance}}")),
-        _series("Goodput: share of requests within the SLO", "percentunit",
-                (f"appliance_goodput_ratio{{{own}}}", "{{appliance}} {{slo}}")),
-        _series("Restarts (per hour)", "short",
-                (f"increase(appliance_engine_restarts_total{{{own}}}[1h])", "{{appliance}}")),
-        _series("Capabilities the engine runs otherwise than planned", "short",
-                (f"appliance_capability_differs{{{own}}}", "{{appliance}} {{capability}}")),
-        _timeline("Generation per appliance",
-                  f'appliance_generation_info{{{own},role=~"current|upgrading"}} == 1',
-                  "{{appliance}} {{role}} {{generation}}"),
-    ]  # fmt: skip
+        _series(
+            "Decode stalls: share of inter-token time",
+            "percentunit",
+            (
+                f"rate(appliance_decode_stall_seconds_total{{{own}}}[$__rate_interval]) / "
+                f"rate(appliance_decode_seconds_total{{{own}}}[$__rate_interval])",
+                "{{appliance}}",
+            ),
+        ),
+        _series(
+            "Goodput: share of requests within the SLO",
+            "percentunit",
+            (f"appliance_goodput_ratio{{{own}}}", "{{appliance}} {{slo}}"),
+        ),
+        _series(
+            "Restarts (per hour)", "short", (f"increase(appliance_engine_restarts_total{{{own}}}[1h])", "{{appliance}}")
+        ),
+        _series(
+            "Capabilities the engine runs otherwise than planned",
+            "short",
+            (f"appliance_capability_differs{{{own}}}", "{{appliance}} {{capability}}"),
+        ),
+        _timeline(
+            "Generation per appliance",
+            f'appliance_generation_info{{{own},role=~"current|upgrading"}} == 1',
+            "{{appliance}} {{role}} {{generation}}",
+        ),
+    ]
     built = (
         board.Dashboard(f"TT appliances: {site}")
         .uid(f"tt-appliance-{site}"[:40])
@@ -68,23 +88,32 @@ def _boards(site: str, tt_telemetry: bool) -> list[Any]:
             _series("Board temperature", "celsius", (f"tt_asic_temperature_celsius{{{tt}}}", chip)),
             _series("Board power", "watt", (f"tt_tdp_w{{{tt}}}", chip)),
             _series("AI clock", "hertz", (f"tt_ai_clock_mhz{{{tt}}} * 1e6", chip)),
-            _series("ARC heartbeat (flat: stalled)", "short", (f"rate(tt_arc_heartbeat{{{tt}}}[$__rate_interval])",
-                                                               chip)),
-            _timeline("Board state per appliance", f"appliance_board_state{{{own}}} == 1",
-                      "{{appliance}} board {{board}} {{state}}"),
-            _timeline("Firmware per chip", f"tt_fw_bundle_firmware_info{{{tt}}}", "{{appliance}} chip {{chip}} "
-                      "{{version}}"),
-        ]  # fmt: skip
+            _series(
+                "ARC heartbeat (flat: stalled)", "short", (f"rate(tt_arc_heartbeat{{{tt}}}[$__rate_interval])", chip)
+            ),
+            _timeline(
+                "Board state per appliance",
+                f"appliance_board_state{{{own}}} == 1",
+                "{{appliance}} board {{board}} {{state}}",
+            ),
+            _timeline(
+                "Firmware per chip", f"tt_fw_bundle_firmware_info{{{tt}}}", "{{appliance}} chip {{chip}} {{version}}"
+            ),
+        ]
     board = "{{appliance}} {{slot}} board {{board}}"
     return [
-        _series("Board temperature and trip point", "celsius", (f"appliance_board_temperature_celsius{{{own}}}", board),
-                (f"appliance_board_trip_temperature_celsius{{{own}}}", f"{board} trip")),
+        _series(
+            "Board temperature and trip point",
+            "celsius",
+            (f"appliance_board_temperature_celsius{{{own}}}", board),
+            (f"appliance_board_trip_temperature_celsius{{{own}}}", f"{board} trip"),
+        ),
         _series("Board power", "watt", (f"appliance_board_power_watts{{{own}}}", board)),
         _series("AI clock", "hertz", (f"appliance_board_aiclk_hertz{{{own}}}", board)),
         _series("ARC heartbeat age", "s", (f"appliance_board_heartbeat_age_seconds{{{own}}}", board)),
         _timeline("Board state per appliance", f"appliance_board_state{{{own}}} == 1", f"{board} {{{{state}}}}"),
         _timeline("Firmware per board", f"appliance_board_info{{{own}}}", f"{board} {{{{firmware}}}}"),
-    ]  # fmt: skip
+    ]
 
 
 def _datasource() -> Any:
@@ -110,10 +139,12 @@ def _series(title: str, unit: str, *queries: tuple[str, str]) -> Any:
 
 def _latency(title: str, buckets: str) -> Any:
     queries = [
-        (f"histogram_quantile({q}, sum by (appliance, le) (rate({buckets}[$__rate_interval])))", f"{{{{appliance}}}} "
-         f"p{q * 100:g}")
+        (
+            f"histogram_quantile({q}, sum by (appliance, le) (rate({buckets}[$__rate_interval])))",
+            f"{{{{appliance}}}} p{q * 100:g}",
+        )
         for q in _QUANTILES
-    ]  # fmt: skip
+    ]
     return _series(f"{title} (p50, p95, p99)", "s", *queries)
 
 
@@ -122,6 +153,10 @@ def _timeline(title: str, expr: str, legend: str) -> Any:
     from grafana_foundation_sdk.builders import statetimeline
 
     return (
-        statetimeline.Panel().title(title).datasource(_datasource()).height(6).span(24)
+        statetimeline.Panel()
+        .title(title)
+        .datasource(_datasource())
+        .height(6)
+        .span(24)
         .with_target(_query(expr, legend, "A"))
-    )  # fmt: skip
+    )

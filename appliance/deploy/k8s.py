@@ -99,8 +99,9 @@ class K8sManifests:
         return tuple(paths)
 
 
-def render_k8s(validated: ValidatedConfig, *, image: str, name: str | None = None, replicas: int = 1,
-               gates: str | None = None) -> K8sManifests:  # fmt: skip
+def render_k8s(
+    validated: ValidatedConfig, *, image: str, name: str | None = None, replicas: int = 1, gates: str | None = None
+) -> K8sManifests:
     """ServiceAccount, ConfigMap, ResourceClaimTemplate (tt), Deployment, Service and NetworkPolicy, all in
     `site.namespace`; with `gates` (a gate file's text, `serve --gates`), their ConfigMap too: each new pod is
     ready only once it passed them, so a rollout waits on the gates and stalls at the first pod that fails one."""
@@ -109,8 +110,14 @@ def render_k8s(validated: ValidatedConfig, *, image: str, name: str | None = Non
     meta = {"namespace": validated.config.site.namespace, **_meta(name, plan)}
     docs: list[Mapping[str, Any]] = [k8s_policy.service_account(name, meta), _config_map(name, validated, meta)]
     if gates is not None:
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-gates", **meta},
-                     "data": {Path(GATES_FILE).name: gates}})  # fmt: skip
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"{name}-gates", **meta},
+                "data": {Path(GATES_FILE).name: gates},
+            }
+        )
     fetch = pod_fetch(validated, plan)
     if fetch is not None:
         docs.append(lock_config_map(name, fetch, meta))
@@ -132,8 +139,12 @@ def _meta(name: str, plan: LaunchPlan) -> dict[str, Any]:
 
 def _config_map(name: str, validated: ValidatedConfig, meta: dict[str, Any]) -> dict[str, Any]:
     resolved = yaml.safe_dump(to_jsonable_python(validated.config, fallback=dict), sort_keys=True)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-config", **meta},
-            "data": {Path(CONFIG_FILE).name: "# @package _global_\n" + resolved}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-config", **meta},
+        "data": {Path(CONFIG_FILE).name: "# @package _global_\n" + resolved},
+    }
 
 
 def _claim_template(name: str, validated: ValidatedConfig, meta: dict[str, Any]) -> dict[str, Any]:
@@ -144,13 +155,17 @@ def _claim_template(name: str, validated: ValidatedConfig, meta: dict[str, Any])
         "count": mesh.devices or mesh.boards,
         "selectors": [{"cel": {"expression": f'device.attributes["{DEVICE_CLASS}"].boardName == "{mesh.board_name}"'}}],
     }
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": f"{name}-boards", **meta},
-            "spec": {"spec": {"devices": {"requests": [{"name": "boards", "exactly": request}]}}}}  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"{name}-boards", **meta},
+        "spec": {"spec": {"devices": {"requests": [{"name": "boards", "exactly": request}]}}},
+    }
 
 
-def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any], replicas: int,
-                gated: bool, fetch: PodFetch | None) -> dict[str, Any]:  # fmt: skip
+def _deployment(
+    name: str, plan: LaunchPlan, image: str, meta: dict[str, Any], replicas: int, gated: bool, fetch: PodFetch | None
+) -> dict[str, Any]:
     tt, sup = plan.engine == "tt", plan.supervisor
     pod: dict[str, Any] = {
         "serviceAccountName": name,
@@ -173,11 +188,15 @@ def _deployment(name: str, plan: LaunchPlan, image: str, meta: dict[str, Any], r
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, **meta, "annotations": annotations},
-        "spec": {"replicas": replicas, "strategy": _strategy(plan), "selector": {"matchLabels": selector},
-                 # A boot, the gates and the old pod's drain, with room: past it the rollout is marked failed.
-                 "progressDeadlineSeconds": int(plan.ready_timeout_s + _GATES_BUDGET_S + sup.shutdown_timeout_s) + 60,
-                 "template": {"metadata": template, "spec": pod}},
-    }  # fmt: skip
+        "spec": {
+            "replicas": replicas,
+            "strategy": _strategy(plan),
+            "selector": {"matchLabels": selector},
+            # A boot, the gates and the old pod's drain, with room: past it the rollout is marked failed.
+            "progressDeadlineSeconds": int(plan.ready_timeout_s + _GATES_BUDGET_S + sup.shutdown_timeout_s) + 60,
+            "template": {"metadata": template, "spec": pod},
+        },
+    }
 
 
 def _strategy(plan: LaunchPlan) -> dict[str, Any]:
@@ -191,10 +210,14 @@ def _container(name: str, plan: LaunchPlan, image: str, gated: bool, fetch: PodF
     tt = plan.engine == "tt"
     resources = _resources(plan, devices=tt)
     # The root filesystem is read-only: everything the appliance and the engine write is a volume.
-    mounts = [{"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
-              {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
-              {"name": "cache", "mountPath": CACHE_DIR}, {"name": "state", "mountPath": "/run/tt-appliance"},
-              {"name": "logs", "mountPath": "/var/log/tt-appliance"}, {"name": "tmp", "mountPath": "/tmp"}]  # fmt: skip
+    mounts = [
+        {"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
+        {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+        {"name": "cache", "mountPath": CACHE_DIR},
+        {"name": "state", "mountPath": "/run/tt-appliance"},
+        {"name": "logs", "mountPath": "/var/log/tt-appliance"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
     if tt:
         mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages-1G"})
     mounts += _tls_mounts(plan)
@@ -227,9 +250,12 @@ def _fetch_container(plan: LaunchPlan, image: str, fetch: PodFetch) -> dict[str,
     """`appliance fetch` of the pod's config into the node's store, hardened as the appliance's container."""
     # The cache as the appliance mounts it: the disk check reads whether the tensor cache is built (then it needs no
     # room beside the weights), and the default store's mount point lies inside it, where the runtime makes it.
-    mounts = [{"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
-              {"name": "tmp", "mountPath": "/tmp"}, {"name": "cache", "mountPath": CACHE_DIR},
-              *weights_mounts(fetch, fetching=True)]  # fmt: skip
+    mounts = [
+        {"name": "config", "mountPath": str(Path(CONFIG_FILE).parent), "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "cache", "mountPath": CACHE_DIR},
+        *weights_mounts(fetch, fetching=True),
+    ]
     return {
         "name": FETCH_CONTAINER,
         "image": image,
@@ -249,15 +275,21 @@ def _choices(plan: LaunchPlan) -> list[str]:
 
 def _env(*, secrets: bool) -> list[dict[str, str]]:
     # HOME and USER for the engine's own caches (~/.cache) and getpass: uid 10001 has no passwd entry.
-    env = {"APPLIANCE_HOST_FILE": CONFIG_FILE, **({"APPLIANCE_SECRETS_DIR": SECRETS_DIR} if secrets else {}),
-           "HOME": "/tmp", "USER": "tt-appliance"}  # fmt: skip
+    env = {
+        "APPLIANCE_HOST_FILE": CONFIG_FILE,
+        **({"APPLIANCE_SECRETS_DIR": SECRETS_DIR} if secrets else {}),
+        "HOME": "/tmp",
+        "USER": "tt-appliance",
+    }
     return [{"name": key, "value": value} for key, value in env.items()]
 
 
 def _resources(plan: LaunchPlan, *, devices: bool) -> dict[str, Any]:
     cpu, memory = _cpu(plan), _MEMORY[plan.engine]
-    resources: dict[str, Any] = {"requests": {"cpu": cpu[0], "memory": memory},
-                                 "limits": {"cpu": cpu[1], "memory": memory}}  # fmt: skip
+    resources: dict[str, Any] = {
+        "requests": {"cpu": cpu[0], "memory": memory},
+        "limits": {"cpu": cpu[1], "memory": memory},
+    }
     if devices:
         # Kubernetes requires hugepage requests and limits to be equal.
         resources["requests"]["hugepages-1Gi"] = resources["limits"]["hugepages-1Gi"] = _HUGEPAGES
@@ -308,8 +340,12 @@ def _probes(plan: LaunchPlan) -> dict[str, Any]:
         # The kubelet speaks HTTPS to a TLS control port but verifies no certificate (Kubernetes probes never do);
         # the preStop hook does, with control.tls.ca_file.
         scheme = {"scheme": "HTTPS"} if port == "control" and plan.control.tls is not None else {}
-        return {"httpGet": {"path": path, "port": port, **scheme}, "periodSeconds": period, "timeoutSeconds": 5,
-                "failureThreshold": failures}  # fmt: skip
+        return {
+            "httpGet": {"path": path, "port": port, **scheme},
+            "periodSeconds": period,
+            "timeoutSeconds": 5,
+            "failureThreshold": failures,
+        }
 
     return {
         "startupProbe": probe("/health", "openai", math.ceil(plan.ready_timeout_s / _PROBE_PERIOD_S)),
@@ -351,7 +387,13 @@ def _tls_mounts(plan: LaunchPlan) -> list[dict[str, Any]]:
 
 
 def _service(name: str, plan: LaunchPlan, meta: dict[str, Any]) -> dict[str, Any]:
-    ports = [{"name": "openai", "port": plan.port, "targetPort": "openai"},
-             {"name": "control", "port": plan.control.port, "targetPort": "control"}]  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, **meta},
-            "spec": {"selector": {"app.kubernetes.io/instance": name}, "ports": ports}}  # fmt: skip
+    ports = [
+        {"name": "openai", "port": plan.port, "targetPort": "openai"},
+        {"name": "control", "port": plan.control.port, "targetPort": "control"},
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, **meta},
+        "spec": {"selector": {"app.kubernetes.io/instance": name}, "ports": ports},
+    }

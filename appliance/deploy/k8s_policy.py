@@ -38,20 +38,33 @@ CONTROL_CLIENT = "tt-appliance/control-client"
 
 def pod_security() -> dict[str, Any]:
     # fsGroup reaches the emptyDirs and the Secret volume (kubelet gives the group read), not a hostPath.
-    return {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
-            "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "runAsGroup": UID,
+        "fsGroup": UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def container_security() -> dict[str, Any]:
     # The boards come through DRA as device nodes (tt-kmd makes them 0666): no capability is needed.
-    return {"allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def service_account(name: str, meta: Mapping[str, Any]) -> dict[str, Any]:
     """An identity of the pod's own with no RBAC bindings, so it is not the namespace's `default`."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, **meta},
-            "automountServiceAccountToken": False}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, **meta},
+        "automountServiceAccountToken": False,
+    }
 
 
 def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,8 +83,10 @@ def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict
     def port(number: int, protocol: str = "TCP") -> dict[str, Any]:
         return {"port": number, "protocol": protocol}
 
-    dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-           "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}  # fmt: skip
+    dns = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
     spec = {
         "podSelector": {"matchLabels": {"app.kubernetes.io/instance": name}},
         "policyTypes": ["Ingress", "Egress"],
@@ -81,11 +96,17 @@ def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict
         ],
         # Hub downloads (weights, tokenizer, the embedded recipes' pinned wheels) go out on 443, and the weights
         # fetch to a site mirror on its port, to addresses no selector names; a site with local weights can drop it.
-        "egress": [{"to": [dns], "ports": [port(53, "UDP"), port(53)]},
-                   {"ports": [port(number) for number in sorted({443, *_mirror_port(plan)})]}],
-    }  # fmt: skip
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name, **meta},
-            "spec": spec}  # fmt: skip
+        "egress": [
+            {"to": [dns], "ports": [port(53, "UDP"), port(53)]},
+            {"ports": [port(number) for number in sorted({443, *_mirror_port(plan)})]},
+        ],
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, **meta},
+        "spec": spec,
+    }
 
 
 def _mirror_port(plan: LaunchPlan) -> tuple[int, ...]:
@@ -102,6 +123,8 @@ def checkov_skips(plan: LaunchPlan, image: str) -> dict[str, str]:
     if "@sha256:" not in image:
         skips.append(f"CKV_K8S_43=the image is named by tag ({image}); render with --image <name>@sha256:<digest>")
     if plan.engine == "tt":
-        skips.append("CKV_K8S_18=tt-umd arbitrates chip access with mutexes in the host's /dev/shm, shared with "
-                     "tt-smi and other runtimes on the node (hostIPC, as the TIS chart v0.2 sets)")  # fmt: skip
+        skips.append(
+            "CKV_K8S_18=tt-umd arbitrates chip access with mutexes in the host's /dev/shm, shared with "
+            "tt-smi and other runtimes on the node (hostIPC, as the TIS chart v0.2 sets)"
+        )
     return {f"checkov.io/skip{i}": skip for i, skip in enumerate(skips, start=1)}

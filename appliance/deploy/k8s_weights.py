@@ -52,10 +52,18 @@ def pod_fetch(validated: ValidatedConfig, plan: LaunchPlan) -> PodFetch | None:
     if weights is None:
         return None
     if recorded_lock(weights) is None:
-        raise ConfigError((Problem("weights-lock-missing", "model.revision", f"{weights.checkpoint}@"
-                                   f"{weights.revision}: no weights lock at {weights.lock_file} to ship with the pods",
-                                   "Record it with `appliance fetch --site-dir <sites> ...` once, then render with "
-                                   "the same --site-dir"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="weights-lock-missing",
+                    key="model.revision",
+                    message=f"{weights.checkpoint}@"
+                    f"{weights.revision}: no weights lock at {weights.lock_file} to ship with the pods",
+                    fix="Record it with `appliance fetch --site-dir <sites> ...` once, then render with "
+                    "the same --site-dir",
+                ),
+            )
+        )
     pod_locks = weights_dirs(validated.config, None)[1]  # the pod has no site directory
     source = open_source(weights.source)
     return PodFetch(
@@ -70,14 +78,20 @@ def pod_fetch(validated: ValidatedConfig, plan: LaunchPlan) -> PodFetch | None:
 
 
 def lock_config_map(name: str, fetch: PodFetch, meta: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-weights-lock", **meta},
-            "data": {_LOCK_KEY: fetch.lock}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-weights-lock", **meta},
+        "data": {_LOCK_KEY: fetch.lock},
+    }
 
 
 def weights_mounts(fetch: PodFetch, *, fetching: bool) -> list[dict[str, Any]]:
     """The store (written only by the fetch) and the lock; the fetch's token and mounted mirror."""
-    mounts = [{"name": "weights", "mountPath": fetch.store, "readOnly": not fetching},
-              {"name": "weights-lock", "mountPath": fetch.locks_dir, "readOnly": True}]  # fmt: skip
+    mounts = [
+        {"name": "weights", "mountPath": fetch.store, "readOnly": not fetching},
+        {"name": "weights-lock", "mountPath": fetch.locks_dir, "readOnly": True},
+    ]
     if fetching and fetch.token_file is not None:
         mounts.append({"name": "weights-token", "mountPath": fetch.token_file, "subPath": _TOKEN_KEY, "readOnly": True})
     if fetching and fetch.mirror_dir is not None:
@@ -90,13 +104,19 @@ def weights_volumes(name: str, fetch: PodFetch) -> list[dict[str, Any]]:
     token (0400, like the other secrets) and a mounted mirror."""
     volumes: list[dict[str, Any]] = [
         {"name": "weights", "hostPath": {"path": fetch.store, "type": "Directory"}},
-        {"name": "weights-lock", "configMap": {"name": f"{name}-weights-lock",
-                                               "items": [{"key": _LOCK_KEY, "path": fetch.lock_item}]}},
-    ]  # fmt: skip
+        {
+            "name": "weights-lock",
+            "configMap": {"name": f"{name}-weights-lock", "items": [{"key": _LOCK_KEY, "path": fetch.lock_item}]},
+        },
+    ]
     if fetch.token_file is not None:
         item = {"key": fetch.token_env, "path": _TOKEN_KEY}
-        volumes.append({"name": "weights-token", "secret": {"secretName": f"{name}-secrets", "items": [item],
-                                                            "defaultMode": 0o400}})  # fmt: skip
+        volumes.append(
+            {
+                "name": "weights-token",
+                "secret": {"secretName": f"{name}-secrets", "items": [item], "defaultMode": 0o400},
+            }
+        )
     if fetch.mirror_dir is not None:
         volumes.append({"name": "weights-mirror", "hostPath": {"path": fetch.mirror_dir, "type": "Directory"}})
     return volumes

@@ -52,23 +52,35 @@ class AlertOptions:
     boot_for: str = field(default="1m", metadata={"help": "a boot past its ETA this long alerts"})
     rate_window: str = field(default="5m", metadata={"help": "window of the decode-stall share"})
     restart_window: str = field(default="15m", metadata={"help": "window the restarts are counted in"})
-    restarts: int = field(default=SupervisorConfig().max_restarts, metadata={"help": "restarts in the window that "
-                          "make a restart loop (default: supervisor.max_restarts)"})  # fmt: skip
+    restarts: int = field(
+        default=SupervisorConfig().max_restarts,
+        metadata={"help": "restarts in the window that make a restart loop (default: supervisor.max_restarts)"},
+    )
     boot_factor: float = field(default=SLOW_FACTOR, metadata={"help": "a boot this many times its record is late"})
-    stall_share: float = field(default=INTERRUPT_WARN, metadata={"help": "decode-stall share of inter-token time "
-                               "that alerts (the pilot's scheduler check)"})  # fmt: skip
+    stall_share: float = field(
+        default=INTERRUPT_WARN,
+        metadata={"help": "decode-stall share of inter-token time that alerts (the pilot's scheduler check)"},
+    )
     kv_full: float = field(default=KV_ALERT, metadata={"help": "KV-cache usage that, with requests waiting, alerts"})
-    goodput_min: float = field(default=0.99, metadata={"help": "least share of requests within each SLO (0.99: "
-                               "the console's TTFT p99 rule)"})  # fmt: skip
+    goodput_min: float = field(
+        default=0.99, metadata={"help": "least share of requests within each SLO (0.99: the console's TTFT p99 rule)"}
+    )
     board_for: str = field(default="2m", metadata={"help": "a hot board, differing firmware: held this long"})
-    board_stall: float = field(default=BoardsConfig().heartbeat_stall_s, metadata={"help": "seconds a board's "
-                               "heartbeat may hold (default: boards.heartbeat_stall_s)"})  # fmt: skip
-    board_stall_window: str = field(default="2m", metadata={"help": "on tt-telemetry: a heartbeat unchanged this "
-                                    "long alerts (several scrapes)"})  # fmt: skip
-    board_trip: float = field(default=BoardsConfig().trip_c, metadata={"help": "trip point (C) on tt-telemetry, "
-                              "which publishes none (default: boards.trip_c)"})  # fmt: skip
-    board_margin: float = field(default=BoardsConfig().hot_margin_c, metadata={"help": "degrees below the trip "
-                                "point that alert (default: boards.hot_margin_c)"})  # fmt: skip
+    board_stall: float = field(
+        default=BoardsConfig().heartbeat_stall_s,
+        metadata={"help": "seconds a board's heartbeat may hold (default: boards.heartbeat_stall_s)"},
+    )
+    board_stall_window: str = field(
+        default="2m", metadata={"help": "on tt-telemetry: a heartbeat unchanged this long alerts (several scrapes)"}
+    )
+    board_trip: float = field(
+        default=BoardsConfig().trip_c,
+        metadata={"help": "trip point (C) on tt-telemetry, which publishes none (default: boards.trip_c)"},
+    )
+    board_margin: float = field(
+        default=BoardsConfig().hot_margin_c,
+        metadata={"help": "degrees below the trip point that alert (default: boards.hot_margin_c)"},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +103,30 @@ def render_prometheus(
     _check(options)
     docs = urlsplit(docs_url)
     if docs.scheme not in ("http", "https") or not docs.netloc:
-        raise ConfigError((Problem("alert-option", "--docs-url", f"{docs_url!r} is not an http(s) URL",
-                                   f"Pass --docs-url {DOCS_URL} or where your site serves the docs"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="alert-option",
+                    key="--docs-url",
+                    message=f"{docs_url!r} is not an http(s) URL",
+                    fix=f"Pass --docs-url {DOCS_URL} or where your site serves the docs",
+                ),
+            )
+        )
     groups: dict[tuple[str, str, str, str | None], list[dict[str, Any]]] = {}
     for entry in entries:
         url = urlsplit(entry.url)
         if not url.hostname or url.port is None:
-            raise ConfigError((Problem("site-file", f"{source}:{entry.name}.url", f"{entry.url} has no control port",
-                                       "Write each appliance's control API URL with its port, e.g. "
-                                       "http://10.0.4.21:8100"),))  # fmt: skip
+            raise ConfigError(
+                (
+                    Problem(
+                        code="site-file",
+                        key=f"{source}:{entry.name}.url",
+                        message=f"{entry.url} has no control port",
+                        fix="Write each appliance's control API URL with its port, e.g. http://10.0.4.21:8100",
+                    ),
+                )
+            )
         credentials = _credentials(credentials_dir, entry.token_env)
         key = (url.scheme, url.path.rstrip("/"), str(credentials), entry.ca_file)
         groups.setdefault(key, []).append({"targets": [url.netloc], "labels": {"appliance": entry.name}})
@@ -142,11 +169,19 @@ def _exporters(site: str, entries: Sequence[Appliance]) -> list[dict[str, Any]]:
             )
     named = [f"{site}-tt-telemetry" + (f"-{i}" if len(jobs) > 1 else "") for i in range(1, len(jobs) + 1)]
     return [
-        {"job_name": name, "scheme": scheme, "metrics_path": path, "static_configs": targets,
-         **({"relabel_configs": [{"target_label": "job", "replacement": f"{site}-tt-telemetry"}]}
-            if len(jobs) > 1 else {})}
+        {
+            "job_name": name,
+            "scheme": scheme,
+            "metrics_path": path,
+            "static_configs": targets,
+            **(
+                {"relabel_configs": [{"target_label": "job", "replacement": f"{site}-tt-telemetry"}]}
+                if len(jobs) > 1
+                else {}
+            ),
+        }
         for name, ((scheme, path), targets) in zip(named, jobs.items(), strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def _check(options: AlertOptions) -> None:
@@ -158,7 +193,7 @@ def _check(options: AlertOptions) -> None:
             kind = "a Prometheus duration such as 30s, 5m or 1h" if isinstance(given, str) else "a number above 0"
             flag = f"--{item.name.replace('_', '-')}"
             fix = f"Pass {flag} {item.default}"
-            raise ConfigError((Problem("alert-option", flag, f"{given!r} is not {kind}", fix),))
+            raise ConfigError((Problem(code="alert-option", key=flag, message=f"{given!r} is not {kind}", fix=fix),))
 
 
 def _credentials(directory: Path, name: str) -> Path:
@@ -167,10 +202,20 @@ def _credentials(directory: Path, name: str) -> Path:
         mode = path.stat().st_mode
     except OSError as err:
         fix = f"Write the token that {name} holds into {path} (mode 0600)"
-        raise ConfigError((Problem("credentials-file", str(path), f"cannot read it: {err.strerror}", fix),)) from None
+        raise ConfigError(
+            (Problem(code="credentials-file", key=str(path), message=f"cannot read it: {err.strerror}", fix=fix),)
+        ) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError((Problem("credentials-file", str(path), f"mode {stat.S_IMODE(mode):04o} opens the token "
-                                   "to group or others", f"chmod 600 {path}"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="credentials-file",
+                    key=str(path),
+                    message=f"mode {stat.S_IMODE(mode):04o} opens the token to group or others",
+                    fix=f"chmod 600 {path}",
+                ),
+            )
+        )
     return path
 
 
@@ -200,54 +245,98 @@ def _rules(site: str, o: AlertOptions) -> dict[str, Any]:
 
 def _lifecycle_alerts(on: str, o: AlertOptions) -> list[dict[str, Any]]:
     return [
-        _alert("ApplianceNotReady", f"appliance_engine_ready{{{on}}} == 0 or up{{{on}}} == 0", o.not_ready_for,
-               "warning", "{{ $labels.appliance }} has not been ready for " + o.not_ready_for,
-               "Clients get no answers from it. `appliance status` says its state and last error: a drain or "
-               "restart in progress ends by itself; failed needs a restart (the console, or POST /restart) after "
-               "reading /logs; unreachable means the appliance process or host is down."),
-        _alert("ApplianceRestartLoop", f"increase(appliance_engine_restarts_total{{{on}}}[{o.restart_window}]) >= "
-               f"{o.restarts}", "0m", "critical",
-               "{{ $labels.appliance }} restarted " + f"{o.restarts} times or more in {o.restart_window}",
-               "The engine keeps crashing: read the crash cause in `appliance status` and /logs "
-               "(the fault ladder names the rule and the next step); fix it before restarting again."),
-        _alert("ApplianceBootPastEta", f"appliance_boot_elapsed_seconds{{{on}}} > {o.boot_factor} * "
-               f"appliance_boot_expected_seconds{{{on}}}", o.boot_for, "warning",
-               "{{ $labels.appliance }} boot is over " + f"{o.boot_factor:g}x its record",
-               "A boot far slower than this config's record on this host: a tensor cache rebuilt every boot, or "
-               "device init retrying. Watch the boot phase in `appliance status` and the engine log."),
-        _alert("ApplianceQuarantined", f"appliance_quarantined{{{on}}} == 1", "0m", "critical",
-               "{{ $labels.appliance }} is quarantined: a device fault came back after its reset",
-               "The boards need hands: inspect them with tt-smi, reset or replace them; then a restart (the console, "
-               "or POST /restart) lifts the quarantine."),
-        _alert("ApplianceWeightsUnverified", f"appliance_weights_verified{{{on}}} == 0", "0m", "critical",
-               "{{ $labels.appliance }}: {{ $labels.checkpoint }}@{{ $labels.revision }} no longer matches its "
-               "weights lock", "A file of the served checkpoint was removed, resized or changed on disk: the next "
-               "restart refuses it. Run `appliance fetch --verify` on the host, then `appliance fetch` to mend it."),
-    ]  # fmt: skip
+        _alert(
+            "ApplianceNotReady",
+            f"appliance_engine_ready{{{on}}} == 0 or up{{{on}}} == 0",
+            o.not_ready_for,
+            "warning",
+            "{{ $labels.appliance }} has not been ready for " + o.not_ready_for,
+            "Clients get no answers from it. `appliance status` says its state and last error: a drain or "
+            "restart in progress ends by itself; failed needs a restart (the console, or POST /restart) after "
+            "reading /logs; unreachable means the appliance process or host is down.",
+        ),
+        _alert(
+            "ApplianceRestartLoop",
+            f"increase(appliance_engine_restarts_total{{{on}}}[{o.restart_window}]) >= {o.restarts}",
+            "0m",
+            "critical",
+            "{{ $labels.appliance }} restarted " + f"{o.restarts} times or more in {o.restart_window}",
+            "The engine keeps crashing: read the crash cause in `appliance status` and /logs "
+            "(the fault ladder names the rule and the next step); fix it before restarting again.",
+        ),
+        _alert(
+            "ApplianceBootPastEta",
+            f"appliance_boot_elapsed_seconds{{{on}}} > {o.boot_factor} * appliance_boot_expected_seconds{{{on}}}",
+            o.boot_for,
+            "warning",
+            "{{ $labels.appliance }} boot is over " + f"{o.boot_factor:g}x its record",
+            "A boot far slower than this config's record on this host: a tensor cache rebuilt every boot, or "
+            "device init retrying. Watch the boot phase in `appliance status` and the engine log.",
+        ),
+        _alert(
+            "ApplianceQuarantined",
+            f"appliance_quarantined{{{on}}} == 1",
+            "0m",
+            "critical",
+            "{{ $labels.appliance }} is quarantined: a device fault came back after its reset",
+            "The boards need hands: inspect them with tt-smi, reset or replace them; then a restart (the console, "
+            "or POST /restart) lifts the quarantine.",
+        ),
+        _alert(
+            "ApplianceWeightsUnverified",
+            f"appliance_weights_verified{{{on}}} == 0",
+            "0m",
+            "critical",
+            "{{ $labels.appliance }}: {{ $labels.checkpoint }}@{{ $labels.revision }} no longer matches its "
+            "weights lock",
+            "A file of the served checkpoint was removed, resized or changed on disk: the next "
+            "restart refuses it. Run `appliance fetch --verify` on the host, then `appliance fetch` to mend it.",
+        ),
+    ]
 
 
 def _load_alerts(on: str, o: AlertOptions) -> list[dict[str, Any]]:
     return [
-        _alert("ApplianceDecodeStalls", f"rate(appliance_decode_stall_seconds_total{{{on}}}[{o.rate_window}]) / "
-               f"rate(appliance_decode_seconds_total{{{on}}}[{o.rate_window}]) > {o.stall_share}", o.load_for,
-               "warning", "{{ $labels.appliance }}: decode stalls take {{ $value | humanizePercentage }} of "
-               "inter-token time", "Prefill steps hold running streams back (phase-exclusive scheduling) beyond "
-               "the pilot's threshold: fewer or shorter prompts per decode, or replay the mix with `appliance "
-               "loadtest` and accept the latency."),
-        _alert("ApplianceKvNearFull", f"appliance_kv_cache_usage_ratio{{{on}}} >= {o.kv_full} and "
-               f"appliance_requests_waiting{{{on}}} > 0", o.load_for, "warning",
-               "{{ $labels.appliance }}: KV cache nearly full with requests waiting",
-               "New requests queue and running ones risk preemption: lower serving.max_concurrency or the "
-               "context length, or add an appliance to the site."),
-        _alert("ApplianceGoodputUnderSlo", f"appliance_goodput_ratio{{{on}}} < {o.goodput_min}", o.load_for,
-               "warning", "{{ $labels.appliance }}: only {{ $value | humanizePercentage }} of requests meet the "
-               "{{ $labels.slo }} SLO", "Latency is over the workload's SLO: check load and queueing on the "
-               "dashboard, the decode stalls and KV use; shed load or add capacity."),
-        _alert("ApplianceEffectiveDiffers", f"appliance_capability_differs{{{on}}} == 1", o.load_for, "warning",
-               "{{ $labels.appliance }} runs {{ $labels.capability }} otherwise than planned",
-               "The engine or plugin silently changed what the plan asked for: `appliance status` shows requested "
-               "against effective and where the engine said it; plan what the engine can run."),
-    ]  # fmt: skip
+        _alert(
+            "ApplianceDecodeStalls",
+            f"rate(appliance_decode_stall_seconds_total{{{on}}}[{o.rate_window}]) / "
+            f"rate(appliance_decode_seconds_total{{{on}}}[{o.rate_window}]) > {o.stall_share}",
+            o.load_for,
+            "warning",
+            "{{ $labels.appliance }}: decode stalls take {{ $value | humanizePercentage }} of inter-token time",
+            "Prefill steps hold running streams back (phase-exclusive scheduling) beyond "
+            "the pilot's threshold: fewer or shorter prompts per decode, or replay the mix with `appliance "
+            "loadtest` and accept the latency.",
+        ),
+        _alert(
+            "ApplianceKvNearFull",
+            f"appliance_kv_cache_usage_ratio{{{on}}} >= {o.kv_full} and appliance_requests_waiting{{{on}}} > 0",
+            o.load_for,
+            "warning",
+            "{{ $labels.appliance }}: KV cache nearly full with requests waiting",
+            "New requests queue and running ones risk preemption: lower serving.max_concurrency or the "
+            "context length, or add an appliance to the site.",
+        ),
+        _alert(
+            "ApplianceGoodputUnderSlo",
+            f"appliance_goodput_ratio{{{on}}} < {o.goodput_min}",
+            o.load_for,
+            "warning",
+            "{{ $labels.appliance }}: only {{ $value | humanizePercentage }} of requests meet the "
+            "{{ $labels.slo }} SLO",
+            "Latency is over the workload's SLO: check load and queueing on the "
+            "dashboard, the decode stalls and KV use; shed load or add capacity.",
+        ),
+        _alert(
+            "ApplianceEffectiveDiffers",
+            f"appliance_capability_differs{{{on}}} == 1",
+            o.load_for,
+            "warning",
+            "{{ $labels.appliance }} runs {{ $labels.capability }} otherwise than planned",
+            "The engine or plugin silently changed what the plan asked for: `appliance status` shows requested "
+            "against effective and where the engine said it; plan what the engine can run.",
+        ),
+    ]
 
 
 class _Dumper(yaml.SafeDumper):

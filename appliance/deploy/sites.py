@@ -61,8 +61,9 @@ def list_sites(site_dir: Path | None = None) -> tuple[SiteSummary, ...]:
         keys = sorted(k for k, origin in composed.provenance.items() if origin == source)
         choices = composed.choices
         groups = {g: choices[g] for g in GROUPS if g != "site" and g in choices and baseline.get(g) != choices[g]}
-        summaries.append(SiteSummary(name, source, MappingProxyType(groups),
-                                     MappingProxyType({k: _lookup(values, k) for k in keys})))  # fmt: skip
+        summaries.append(
+            SiteSummary(name, source, MappingProxyType(groups), MappingProxyType({k: _lookup(values, k) for k in keys}))
+        )
     return tuple(summaries)
 
 

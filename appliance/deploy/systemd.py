@@ -135,8 +135,10 @@ def _file_system(plan: LaunchPlan, appliance: str) -> list[Line]:
     homes = sorted({p for p in (appliance, plan.python, *paths) if _in_home(p)})
     protect_home: list[Line] = [("ProtectHome", "yes")]
     if homes:
-        protect_home = [f"# read-only, not hidden: {', '.join(homes)} under a home directory",
-                        ("ProtectHome", "read-only")]  # fmt: skip
+        protect_home = [
+            f"# read-only, not hidden: {', '.join(homes)} under a home directory",
+            ("ProtectHome", "read-only"),
+        ]
     return [
         ("ProtectSystem", "strict"),
         *_writable(paths),

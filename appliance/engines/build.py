@@ -97,15 +97,24 @@ def build_recipe(composed: ComposedConfig, environ: Mapping[str, str] | None = N
     cfg = composed.config
     kind = cfg.engine.kind
     if kind == "auto":
-        raise ConfigError((Problem("build-engine", "engine", "build needs a concrete engine", "Use engine=cpu|tt"),))
+        raise ConfigError(
+            (
+                Problem(
+                    code="build-engine", key="engine", message="build needs a concrete engine", fix="Use engine=cpu|tt"
+                ),
+            )
+        )
     pins = load_pins(kind)
     engines = Path(cfg.paths.engines_dir) if cfg.paths.engines_dir else default_engines_dir(cfg.paths.cache_dir)
     if kind == "cpu":
         env_dir = str(engines / "cpu")
         steps: tuple[Step, ...] = (
-            RunStep("build the cpu engine venv from hash-locked pins", ("bash", str(BUILD_DIR / "cpu" / "install.sh"),
-                                                                        env_dir), _uv_env(env)),
-        )  # fmt: skip
+            RunStep(
+                "build the cpu engine venv from hash-locked pins",
+                ("bash", str(BUILD_DIR / "cpu" / "install.sh"), env_dir),
+                _uv_env(env),
+            ),
+        )
     else:
         env_dir = _tt_env_dir(cfg.engine.python, env)
         link = None if cfg.engine.python else str(engines / "tt")
@@ -121,8 +130,9 @@ def build_recipe(composed: ComposedConfig, environ: Mapping[str, str] | None = N
     )
 
 
-def run_build(recipe: BuildRecipe, host: HostFacts, console: Console,
-              environ: Mapping[str, str] | None = None) -> BuildResult:  # fmt: skip
+def run_build(
+    recipe: BuildRecipe, host: HostFacts, console: Console, environ: Mapping[str, str] | None = None
+) -> BuildResult:
     """Run every step in order, each shown on `console` with its output in a log, then write the manifest.
 
     A failed step raises StepFailed naming the step, its last line and its log.
@@ -159,26 +169,51 @@ def _tt_env_dir(python: str | None, env: Mapping[str, str]) -> str:
 
 def _tt_steps(pins: PinManifest, env_dir: str, work: Path, link: str | None) -> tuple[Step, ...]:
     if pins.plugin is None:
-        raise ConfigError((Problem("pins-invalid", "build/tt/pins.yaml", "the tt engine needs a plugin pin"),))
+        raise ConfigError(
+            (Problem(code="pins-invalid", key="build/tt/pins.yaml", message="the tt engine needs a plugin pin"),)
+        )
     py = f"{env_dir}/bin/python"
     version, plugin = pins.vllm.version, pins.plugin
     common, overrides = str(work / "vllm-common.txt"), str(work / "vllm-overrides.txt")
     uv = ("uv", "pip", "install", "--python", py)
     steps: list[Step] = [
         RunStep("work directories", ("mkdir", "-p", str(work), *([str(Path(link).parent)] if link else []))),
-        RunStep(f"fetch vLLM {version}'s common requirements",
-                ("curl", "-fsSL", _VLLM_COMMON.format(version=version), "-o", common)),
-        WriteStep("overrides: numpy<2 for ttnn, and the versions that work beside it (build/tt/pins.yaml)", overrides,
-                  "".join(f"{name}{spec}\n" for name, spec in pins.overrides.items())),
+        RunStep(
+            f"fetch vLLM {version}'s common requirements",
+            ("curl", "-fsSL", _VLLM_COMMON.format(version=version), "-o", common),
+        ),
+        WriteStep(
+            "overrides: numpy<2 for ttnn, and the versions that work beside it (build/tt/pins.yaml)",
+            overrides,
+            "".join(f"{name}{spec}\n" for name, spec in pins.overrides.items()),
+        ),
         RunStep("vLLM's common requirements, with the overrides", (*uv, "--override", overrides, "-r", common)),
-        *([RunStep("what common.txt omits: CPU builds, no dependencies", (*uv, "--no-deps", "--index-url", _TORCH_CPU,
-                   *(f"{name}{spec}" for name, spec in pins.extras.items())))] if pins.extras else []),
-        RunStep(f"vLLM {version} from source as the {pins.vllm.build_target} target, no dependencies",
-                (*uv, "--no-deps", "--no-binary", "vllm", f"vllm=={version}"),
-                MappingProxyType({"VLLM_TARGET_DEVICE": pins.vllm.build_target})),
-        RunStep(f"{plugin.distribution} at {plugin.commit[:7]}",
-                (*uv, f"{plugin.distribution} @ git+https://github.com/tenstorrent/vllm-tt-plugin@{plugin.commit}")),
-    ]  # fmt: skip
+        *(
+            [
+                RunStep(
+                    "what common.txt omits: CPU builds, no dependencies",
+                    (
+                        *uv,
+                        "--no-deps",
+                        "--index-url",
+                        _TORCH_CPU,
+                        *(f"{name}{spec}" for name, spec in pins.extras.items()),
+                    ),
+                )
+            ]
+            if pins.extras
+            else []
+        ),
+        RunStep(
+            f"vLLM {version} from source as the {pins.vllm.build_target} target, no dependencies",
+            (*uv, "--no-deps", "--no-binary", "vllm", f"vllm=={version}"),
+            MappingProxyType({"VLLM_TARGET_DEVICE": pins.vllm.build_target}),
+        ),
+        RunStep(
+            f"{plugin.distribution} at {plugin.commit[:7]}",
+            (*uv, f"{plugin.distribution} @ git+https://github.com/tenstorrent/vllm-tt-plugin@{plugin.commit}"),
+        ),
+    ]
     if pins.removed:
         steps.append(RunStep("remove what breaks imports", ("uv", "pip", "uninstall", "--python", py, *pins.removed)))
     steps.append(

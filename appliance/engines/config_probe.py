@@ -103,8 +103,9 @@ def probe_config(
         with holding_devices(boards, lock_dir) as holder:
             if holder is not None:
                 raise LaunchError(f"the devices are held by {holder}, and the plugin may open them at config time")
-            data = run_probe(plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env,
-                             probe_placement(plan))  # fmt: skip
+            data = run_probe(
+                plan.python, "config", plan.probe_timeout_s, ("--", *engine_args(plan)), env, probe_placement(plan)
+            )
     except LaunchError as error:
         raise failed(plan.engine, error) from None
     return verdict_from(plan, data, started)
@@ -137,10 +138,9 @@ def read_classes(python: str, targets: tuple[str, ...], env: Mapping[str, str], 
         data = run_probe(python, "classes", timeout_s, targets, env)
     except LaunchError as error:
         raise failed("tt", error) from None
-    return MappingProxyType({
-        target: InstalledClass(read.get("capabilities"), read.get("error"))
-        for target, read in data.items()
-    })  # fmt: skip
+    return MappingProxyType(
+        {target: InstalledClass(read.get("capabilities"), read.get("error")) for target, read in data.items()}
+    )
 
 
 def compare(expected: Mapping[str, Any], effective: Mapping[str, Any]) -> tuple[Difference, ...]:
@@ -157,5 +157,7 @@ def compare(expected: Mapping[str, Any], effective: Mapping[str, Any]) -> tuple[
 
 def failed(engine: str, error: LaunchError) -> LaunchError:
     """A probe that gave no verdict, in one line naming the engine and the next step."""
-    return LaunchError(f"config-time probe of engine {engine} failed: {error}; rebuild the environment "
-                       f"(`appliance build engine={engine}`) or pass --no-probe")  # fmt: skip
+    return LaunchError(
+        f"config-time probe of engine {engine} failed: {error}; rebuild the environment "
+        f"(`appliance build engine={engine}`) or pass --no-probe"
+    )

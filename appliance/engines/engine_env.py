@@ -196,8 +196,14 @@ def timed_out(python: str, mode: str, timeout_s: float) -> LaunchError:
     return LaunchError(f"{python}: the {mode} probe did not finish within {timeout_s:.0f}s")
 
 
-def _run(python: str, mode: str, timeout_s: float, args: Sequence[str], env: Mapping[str, str] | None,
-         placement: Placement | None) -> tuple[str, str, int]:  # fmt: skip
+def _run(
+    python: str,
+    mode: str,
+    timeout_s: float,
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    placement: Placement | None,
+) -> tuple[str, str, int]:
     if not Path(python).is_file():
         raise LaunchError(f"engine interpreter {python} does not exist")
     flags = [] if env is not None else ["-I"]
@@ -205,9 +211,15 @@ def _run(python: str, mode: str, timeout_s: float, args: Sequence[str], env: Map
     with tempfile.TemporaryDirectory(prefix="appliance-probe-") as cwd:
         # absolute() and not resolve(): a venv's python is a symlink that must stay one.
         argv = [str(Path(python).absolute()), *flags, str(PROBE_SCRIPT), mode, MARKER, *args]
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                              env=None if env is None else dict(env),
-                              preexec_fn=functools.partial(_probe_child, placement)) as child:  # fmt: skip
+        with subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            preexec_fn=functools.partial(_probe_child, placement),
+        ) as child:
             try:
                 stdout, stderr = child.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:

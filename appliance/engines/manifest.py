@@ -96,14 +96,19 @@ def _rows(pins: PinManifest, env: EngineEnv, build_dir: Path) -> tuple[PinRow, .
         PinRow("python", " or ".join(pins.python), env.python),
         PinRow(vllm.distribution, vllm.version, env.version(vllm.distribution)),
         PinRow("vllm build target", vllm.build_target, build_target(env.vllm_distribution, env.vllm_version)),
-        *(PinRow(name, spec, env.version(name)) for name, spec in (("torch", pins.torch), ("numpy", pins.numpy),
-                                                                    ("ttnn", pins.ttnn)) if spec),
-    ]  # fmt: skip
+        *(
+            PinRow(name, spec, env.version(name))
+            for name, spec in (("torch", pins.torch), ("numpy", pins.numpy), ("ttnn", pins.ttnn))
+            if spec
+        ),
+    ]
     if pins.plugin:
         plugin = pins.plugin
         direct = env.direct_urls.get(plugin.distribution, {})
-        rows += [PinRow(plugin.distribution, plugin.version, env.version(plugin.distribution)),
-                 PinRow("plugin commit", plugin.commit, installed_commit(direct))]  # fmt: skip
+        rows += [
+            PinRow(plugin.distribution, plugin.version, env.version(plugin.distribution)),
+            PinRow("plugin commit", plugin.commit, installed_commit(direct)),
+        ]
     frozen = pins.requirement_pins(build_dir)
     if frozen:
         held = sum(env.version(name) == version for name, version in frozen.items())

@@ -122,8 +122,9 @@ def installed_commit(direct_url: Mapping[str, Any]) -> str | None:
     url = urlparse(str(direct_url.get("url", "")))
     if url.scheme != "file":
         return None
-    done = subprocess.run(["git", "-C", unquote(url.path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          timeout=10, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", unquote(url.path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+    )
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 

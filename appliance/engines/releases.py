@@ -60,11 +60,11 @@ def load_releases(path: Path = RELEASES_FILE) -> ReleaseList:
     """The fleet's release list (YAML: source, releases: [{version, date}]); ConfigError naming the file."""
     releases = load_data_file(path, _FILE, "releases", "release list")
     if not releases.releases:
-        raise ConfigError((Problem("releases-invalid", str(path), "lists no release"),))
+        raise ConfigError((Problem(code="releases-invalid", key=str(path), message="lists no release"),))
     try:
         releases.newest()  # every version must parse
     except InvalidVersion as err:
-        raise ConfigError((Problem("releases-invalid", str(path), str(err)),)) from None
+        raise ConfigError((Problem(code="releases-invalid", key=str(path), message=str(err)),)) from None
     return releases
 
 

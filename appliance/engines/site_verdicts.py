@@ -39,9 +39,13 @@ class SiteChange:
 
 
 def site_changes(
-    states: PluginStates, target: str, matrix: CompatibilityMatrix, host_facts: Callable[[], HostFacts],
-    overrides: Sequence[str] = (), site_dir: Path | None = None,
-) -> tuple[SiteChange, ...]:  # fmt: skip
+    states: PluginStates,
+    target: str,
+    matrix: CompatibilityMatrix,
+    host_facts: Callable[[], HostFacts],
+    overrides: Sequence[str] = (),
+    site_dir: Path | None = None,
+) -> tuple[SiteChange, ...]:
     """Every site judged under the pinned state and under `vllm=<target>`."""
     changes = []
     for name in group_options("site", site_dir):
@@ -58,8 +62,9 @@ def site_changes(
     return tuple(changes)
 
 
-def _judge(composed: ComposedConfig, matrix: CompatibilityMatrix, states: PluginStates,
-           against: str | None) -> tuple[str, tuple[Problem, ...]]:  # fmt: skip
+def _judge(
+    composed: ComposedConfig, matrix: CompatibilityMatrix, states: PluginStates, against: str | None
+) -> tuple[str, tuple[Problem, ...]]:
     try:
         return _judged(validate(composed, matrix, states, against).warnings)
     except ConfigError as error:

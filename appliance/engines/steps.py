@@ -67,8 +67,10 @@ class StepFailure:
     log: Path
 
     def render(self) -> str:
-        return (f"set-up step '{self.name}' failed with exit code {self.code} after {self.seconds:.0f} s: "
-                f"{self.last_line} (log: {self.log})")  # fmt: skip
+        return (
+            f"set-up step '{self.name}' failed with exit code {self.code} after {self.seconds:.0f} s: "
+            f"{self.last_line} (log: {self.log})"
+        )
 
 
 class StepFailed(LaunchError):
@@ -119,10 +121,14 @@ class _Display:
         if not self._console.is_terminal:
             yield
             return
-        columns = (SpinnerColumn(), TextColumn("[bold]{task.description:<24}"), BarColumn(bar_width=12),
-                   TextColumn("{task.fields[count]:>16}"), TimeElapsedColumn(),
-                   TextColumn("{task.fields[status]}", markup=False,
-                              table_column=Column(no_wrap=True, overflow="ellipsis")))  # fmt: skip
+        columns = (
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description:<24}"),
+            BarColumn(bar_width=12),
+            TextColumn("{task.fields[count]:>16}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}", markup=False, table_column=Column(no_wrap=True, overflow="ellipsis")),
+        )
         with Progress(*columns, console=self._console, refresh_per_second=8) as self._progress:
             yield
 
@@ -137,8 +143,13 @@ class _Display:
         if self._progress is None:
             return
         total = count.total if count.done is not None else None
-        self._progress.update(self._tasks[name], completed=count.done or 0, total=total, count=count.describe(),
-                              status=line[:_STATUS_WIDTH])  # fmt: skip
+        self._progress.update(
+            self._tasks[name],
+            completed=count.done or 0,
+            total=total,
+            count=count.describe(),
+            status=line[:_STATUS_WIDTH],
+        )
 
     def ended(self, name: str, seconds: float, line: str, count: _Count, code: int) -> None:
         verdict = "done" if code == 0 else f"failed (exit {code})"
@@ -194,9 +205,14 @@ def _follow(step: SetupStep, write: Callable[[str], object], show: Callable[[str
     """Run the child, copying its output to the log line by line and showing each line; its exit code."""
     try:
         child = subprocess.Popen(
-            step.argv, env=dict(step.env) or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, errors="replace",
-        )  # fmt: skip
+            step.argv,
+            env=dict(step.env) or None,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
     except OSError as error:
         write(f"cannot run {step.argv[0]}: {error.strerror}\n")
         return 127

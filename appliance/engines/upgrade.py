@@ -87,7 +87,14 @@ def check_upgrade(spec: str, build_dir: Path = BUILD_DIR) -> UpgradeReport:
     name, _, target = spec.partition("=")
     if name.strip() != "vllm" or not _VERSION.match(target.strip()):
         raise ConfigError(
-            (Problem("bad-upgrade", "--check-upgrade", f"{spec!r} is not vllm=<version>", "Use e.g. vllm=0.26.0"),)
+            (
+                Problem(
+                    code="bad-upgrade",
+                    key="--check-upgrade",
+                    message=f"{spec!r} is not vllm=<version>",
+                    fix="Use e.g. vllm=0.26.0",
+                ),
+            )
         )
     target = target.strip()
     pins, compat = load_pins("tt", build_dir), load_compat(build_dir)
@@ -111,11 +118,14 @@ def _pin_findings(pins: PinManifest, compat: CompatData) -> list[Problem]:
     state = compat.state_for(pins.vllm.version)
     commit = pins.plugin.commit if pins.plugin else None
     if state is None or state.commit is None or commit is None or not state.commit.startswith(commit):
-        return [Problem(
-            "pin-inconsistent", "build/tt/pins.yaml",
-            f"vllm {pins.vllm.version} with plugin commit {commit} is not a recorded plugin state",
-            "Pin the plugin commit that build/tt/compat.yaml lists for this vLLM",
-        )]  # fmt: skip
+        return [
+            Problem(
+                code="pin-inconsistent",
+                key="build/tt/pins.yaml",
+                message=f"vllm {pins.vllm.version} with plugin commit {commit} is not a recorded plugin state",
+                fix="Pin the plugin commit that build/tt/compat.yaml lists for this vLLM",
+            )
+        ]
     return []
 
 
@@ -125,29 +135,66 @@ def _target_findings(pins: PinManifest, compat: CompatData, target: str, state: 
         known = ", ".join(s.vllm for s in compat.states)
         tracked = [t for t in compat.tracking if target.startswith(t.vllm)]
         why = f"; tracked in plugin issue #{tracked[0].issue} ({tracked[0].note})" if tracked else ""
-        return [Problem("plugin-unsupported", key, f"no vllm-tt-plugin state targets vLLM {target}{why}",
-                        f"Stay on {pins.vllm.version}; the plugin supports {known}")]  # fmt: skip
-    found = [Problem("plugin-state", key, f"plugin {state.status} since {state.since}: {state.note}",
-                     severity="warning")]  # fmt: skip
+        return [
+            Problem(
+                code="plugin-unsupported",
+                key=key,
+                message=f"no vllm-tt-plugin state targets vLLM {target}{why}",
+                fix=f"Stay on {pins.vllm.version}; the plugin supports {known}",
+            )
+        ]
+    found = [
+        Problem(
+            code="plugin-state",
+            key=key,
+            message=f"plugin {state.status} since {state.since}: {state.note}",
+            severity="warning",
+        )
+    ]
     if target == pins.vllm.version:
         return found
     if state.status == "retired":
-        found.append(Problem(
-            "compat-tag", key, f"only the frozen tag {state.compat_tag} ({state.commit}) targets {target}",
-            "Pin plugin.commit to that tag's commit and the tt-metal commit paired with it; it receives no fixes",
-            "warning",
-        ))  # fmt: skip
+        found.append(
+            Problem(
+                code="compat-tag",
+                key=key,
+                message=f"only the frozen tag {state.compat_tag} ({state.commit}) targets {target}",
+                fix="Pin plugin.commit to that tag's commit and the tt-metal commit paired with it; "
+                "it receives no fixes",
+                severity="warning",
+            )
+        )
     elif state.commit is None:
-        found.append(Problem("commit-unknown", key, f"the plugin commit that targets {target} is not recorded",
-                             f"Record it in build/tt/compat.yaml ({compat.repository})"))  # fmt: skip
+        found.append(
+            Problem(
+                code="commit-unknown",
+                key=key,
+                message=f"the plugin commit that targets {target} is not recorded",
+                fix=f"Record it in build/tt/compat.yaml ({compat.repository})",
+            )
+        )
     found += [
-        Problem("plugin-commit", "plugin.commit", f"moves with vLLM: {_short(pins)} -> {_short_state(state)}",
-                severity="warning"),
-        Problem("tt-metal", "tt_metal", "the tt-metal release must move with the plugin (the triple is pinned "
-                "together); take it from tt-metal's LLMs table", severity="warning"),
-        Problem("installed-version", "vllm", f"the built vLLM reports {target}+{pins.vllm.build_target}; "
-                "re-read vLLM's requirements/common.txt at that tag for new dependencies", severity="warning"),
-    ]  # fmt: skip
+        Problem(
+            code="plugin-commit",
+            key="plugin.commit",
+            message=f"moves with vLLM: {_short(pins)} -> {_short_state(state)}",
+            severity="warning",
+        ),
+        Problem(
+            code="tt-metal",
+            key="tt_metal",
+            message="the tt-metal release must move with the plugin (the triple is pinned "
+            "together); take it from tt-metal's LLMs table",
+            severity="warning",
+        ),
+        Problem(
+            code="installed-version",
+            key="vllm",
+            message=f"the built vLLM reports {target}+{pins.vllm.build_target}; "
+            "re-read vLLM's requirements/common.txt at that tag for new dependencies",
+            severity="warning",
+        ),
+    ]
     return found
 
 

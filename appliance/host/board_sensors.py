@@ -80,8 +80,9 @@ def read_board(node: Path, board: str) -> BoardReading:
         if hwmon and (name != "temp1_crit" or (hwmon[0] / name).exists()):  # not every driver sets a trip point
             values[key] = _number(hwmon[0] / name, scale, problems.append)
     trips = values.pop("therm_trips")
-    return BoardReading(board, True, therm_trips=None if trips is None else int(trips), problems=tuple(problems),
-                        **values)  # fmt: skip
+    return BoardReading(
+        board, True, therm_trips=None if trips is None else int(trips), problems=tuple(problems), **values
+    )
 
 
 def readings_from_smi(snapshot: SmiSnapshot) -> tuple[BoardReading, ...]:
@@ -102,7 +103,7 @@ def readings_from_smi(snapshot: SmiSnapshot) -> tuple[BoardReading, ...]:
             None,
             d.dram_trained,
             d.problems,
-        )  # fmt: skip
+        )
         for i, d in enumerate(snapshot.devices)
     )
 

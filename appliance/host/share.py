@@ -24,9 +24,17 @@ from typing import Literal
 import psutil
 
 __all__ = [
-    "BIND", "DEFAULT_WEIGHT", "Mechanism", "Placement", "engine_cores", "nice_for", "owned_cores", "parse_cores",
-    "place", "placement_for",
-]  # fmt: skip
+    "BIND",
+    "DEFAULT_WEIGHT",
+    "Mechanism",
+    "Placement",
+    "engine_cores",
+    "nice_for",
+    "owned_cores",
+    "parse_cores",
+    "place",
+    "placement_for",
+]
 
 Mechanism = Literal["cgroup v2", "cgroup v1", "nice"]
 DEFAULT_WEIGHT = 100
@@ -84,8 +92,9 @@ def parse_cores(text: str) -> tuple[int, ...] | None:
     return tuple(sorted(set(cores)))
 
 
-def owned_cores(reserve: int, declared: tuple[int, ...] | None, allowed: tuple[int, ...] | None = None) -> tuple[
-        int, ...] | None:  # fmt: skip
+def owned_cores(
+    reserve: int, declared: tuple[int, ...] | None, allowed: tuple[int, ...] | None = None
+) -> tuple[int, ...] | None:
     """The cores the engine owns: `declared` (a slot's), else the allowed ones less the `reserve` lowest; None when
     that is every allowed core (nothing to bind). ValueError when the reserve leaves the engine no core."""
     if declared is not None:
@@ -96,8 +105,14 @@ def owned_cores(reserve: int, declared: tuple[int, ...] | None, allowed: tuple[i
     return cpus[reserve:] if reserve else None
 
 
-def place(name: str, weight: int, cores: tuple[int, ...] | None, *, proc: Path = Path("/proc/self"),
-          mounts: list[tuple[Mechanism, str]] | None = None) -> Placement:  # fmt: skip
+def place(
+    name: str,
+    weight: int,
+    cores: tuple[int, ...] | None,
+    *,
+    proc: Path = Path("/proc/self"),
+    mounts: list[tuple[Mechanism, str]] | None = None,
+) -> Placement:
     """Prepare `name`'s cgroup under the appliance's own with `weight`, or fall back to nice with a warning.
     `mounts`: the (mechanism, mount point) pairs to try, v2 first; None reads the host's."""
     reasons: list[str] = []
@@ -110,8 +125,10 @@ def place(name: str, weight: int, cores: tuple[int, ...] | None, *, proc: Path =
         return Placement(mechanism, weight, str(group), cores=cores)
     why = "; ".join(reasons) or "no cgroup cpu controller is mounted"
     nice = nice_for(weight)
-    warning = (f"cannot give the engine its own cgroup ({why}): it runs at nice {nice} instead, which puts it below "
-               "the appliance but not below other sessions' processes")  # fmt: skip
+    warning = (
+        f"cannot give the engine its own cgroup ({why}): it runs at nice {nice} instead, which puts it below "
+        "the appliance but not below other sessions' processes"
+    )
     return Placement("nice", weight, nice=nice, cores=cores, warning=warning)
 
 

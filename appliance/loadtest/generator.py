@@ -173,13 +173,28 @@ class _Recorder:
         p = self.planned
         error = self.error or (None if self.finished and self.times else "incomplete")
         return RequestTrace(
-            index=p.index, api=p.api, structured=p.structured, logprobs=p.logprobs, penalties=p.penalties,
-            shared_prefix=p.shared_prefix, prompt_tokens_planned=p.prompt_tokens, prompt_tokens=self.prompt_tokens,
-            output_tokens_planned=p.output_tokens, output_tokens=self.generated, planned_s=p.at_s, sent_s=self.sent_s,
-            token_times_s=tuple(self.times), token_counts=tuple(self.counts), done_s=done_s, error=error,
-            detail=self.detail, images=len(p.images), image_pixels=sum(i.width * i.height for i in p.images),
-            images_reused=sum(i.reused for i in p.images), image_tokens_planned=self.image_tokens,
-        )  # fmt: skip
+            index=p.index,
+            api=p.api,
+            structured=p.structured,
+            logprobs=p.logprobs,
+            penalties=p.penalties,
+            shared_prefix=p.shared_prefix,
+            prompt_tokens_planned=p.prompt_tokens,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens_planned=p.output_tokens,
+            output_tokens=self.generated,
+            planned_s=p.at_s,
+            sent_s=self.sent_s,
+            token_times_s=tuple(self.times),
+            token_counts=tuple(self.counts),
+            done_s=done_s,
+            error=error,
+            detail=self.detail,
+            images=len(p.images),
+            image_pixels=sum(i.width * i.height for i in p.images),
+            images_reused=sum(i.reused for i in p.images),
+            image_tokens_planned=self.image_tokens,
+        )
 
 
 _ERRORS: tuple[tuple[type[Exception], str], ...] = (

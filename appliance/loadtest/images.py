@@ -68,7 +68,10 @@ def attach_images(
         if planned.images:
             counts = [image_tokens.get(image.size) for image in planned.images]
             known = [c for c in counts if c is not None]
-            prompt = replace(prompt, image_urls=tuple(url(image) for image in planned.images),
-                             image_tokens=sum(known) if len(known) == len(counts) else None)  # fmt: skip
+            prompt = replace(
+                prompt,
+                image_urls=tuple(url(image) for image in planned.images),
+                image_tokens=sum(known) if len(known) == len(counts) else None,
+            )
         attached.append((planned, prompt))
     return tuple(attached)

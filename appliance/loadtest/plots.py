@@ -49,8 +49,7 @@ def _cdf(reports: Sequence[LoadReport], title: str, sample: Callable[[LoadReport
     for report in reports:
         values = sorted(sample(report))
         if values:
-            axes.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post",
-                      label=report.run.label)  # fmt: skip
+            axes.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post", label=report.run.label)
     axes.set(title=f"{title} (CDF)", xlabel="milliseconds", ylabel="share of samples", ylim=(0, 1.01))
     _finish(axes)
     return figure
@@ -78,10 +77,13 @@ def _stall_timeline(reports: Sequence[LoadReport]) -> Figure:
                 axes.hlines(t.index, t.sent_s, t.first_token_s, color=prefill, linewidth=3)
         for stall in report.stalls.stalls:
             axes.hlines(stall.request, stall.start_s, stall.end_s, color="tab:red", linewidth=3)
-        axes.set(title=f"{report.run.label}: {report.stalls.count} decode stalls "
-                 f"({report.stalls.share_of_itl:.0%} of inter-token time); blue prefill (orange with images), "
-                 "red stall, grey decode",
-                 xlabel="seconds from start", ylabel="request")  # fmt: skip
+        axes.set(
+            title=f"{report.run.label}: {report.stalls.count} decode stalls "
+            f"({report.stalls.share_of_itl:.0%} of inter-token time); blue prefill (orange with images), "
+            "red stall, grey decode",
+            xlabel="seconds from start",
+            ylabel="request",
+        )
     return figure
 
 

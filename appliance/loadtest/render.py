@@ -71,8 +71,11 @@ def metric_rows(reports: Sequence[LoadReport]) -> tuple[MetricRow, ...]:
             row("decode stalls in an image prefill", "", [r.stalls.image_count for r in reports]),
             row("image prefill stall time", "s", [r.stalls.image_total_s for r in reports]),
         ]
-        rows += [row(f"{name} ({kind})", unit, [_kind_value(r, kind, value) for r in reports], better)
-                 for kind in KINDS for name, unit, value, better in _BY_KIND]  # fmt: skip
+        rows += [
+            row(f"{name} ({kind})", unit, [_kind_value(r, kind, value) for r in reports], better)
+            for kind in KINDS
+            for name, unit, value, better in _BY_KIND
+        ]
     return tuple(rows)
 
 
@@ -104,8 +107,11 @@ def render_markdown(reports: Sequence[LoadReport], plots: Sequence[Path] = ()) -
     """A Markdown report of one run, or of several side by side (with deltas for two)."""
     labels = [r.run.label for r in reports]
     lines = [f"# Load test: {' vs '.join(labels)}", ""]
-    lines += [f"- **{r.run.label}**: workload `{r.workload.name}` (seed {r.workload.seed}) against {r.run.target} "
-              f"(model `{r.run.model}`), {r.sent} requests in {r.run.duration_s:.1f} s" for r in reports]  # fmt: skip
+    lines += [
+        f"- **{r.run.label}**: workload `{r.workload.name}` (seed {r.workload.seed}) against {r.run.target} "
+        f"(model `{r.run.model}`), {r.sent} requests in {r.run.duration_s:.1f} s"
+        for r in reports
+    ]
     lines += ["", _table(reports), ""]
     for r in reports:
         errors = ", ".join(f"{kind} × {n}" for kind, n in sorted(r.errors.items())) or "none"

@@ -147,11 +147,17 @@ def _kind(traces: Sequence[RequestTrace], workload: WorkloadConfig, duration: fl
     ok = [t for t in traces if t.ok]
     errors = Counter(error_class(t.error) for t in traces if t.error is not None)
     return KindReport(
-        sent=len(traces), completed=len(ok), client_errors=errors["client"], server_errors=errors["server"],
-        ttft=_ttft(ok), e2e=_e2e(ok), tpot=_tpot(ok),
+        sent=len(traces),
+        completed=len(ok),
+        client_errors=errors["client"],
+        server_errors=errors["server"],
+        ttft=_ttft(ok),
+        e2e=_e2e(ok),
+        tpot=_tpot(ok),
         goodput=goodput(traces, workload.slo_ttft_ms, workload.slo_itl_ms, duration),
-        images=sum(t.images for t in traces), images_reused=sum(t.images_reused for t in traces),
-    )  # fmt: skip
+        images=sum(t.images for t in traces),
+        images_reused=sum(t.images_reused for t in traces),
+    )
 
 
 def _ttft(ok: Sequence[RequestTrace]) -> Distribution:
@@ -186,8 +192,18 @@ def load_report(path: Path) -> LoadReport:
     try:
         return _ADAPTER.validate_python(json.loads(path.read_text()))
     except OSError as error:
-        problem = Problem("bad-report", str(path), error.strerror or str(error), "Pass a report.json from loadtest")
+        problem = Problem(
+            code="bad-report",
+            key=str(path),
+            message=error.strerror or str(error),
+            fix="Pass a report.json from loadtest",
+        )
     except (ValueError, pydantic.ValidationError) as error:
         first = str(error).splitlines()[0][:160]
-        problem = Problem("bad-report", str(path), f"not a load report ({first})", "Pass a report.json from loadtest")
+        problem = Problem(
+            code="bad-report",
+            key=str(path),
+            message=f"not a load report ({first})",
+            fix="Pass a report.json from loadtest",
+        )
     raise ConfigError((problem,))

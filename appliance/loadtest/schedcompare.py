@@ -66,15 +66,27 @@ async def serve_appliance(
     """
     engine_port, control_port = _free_port(), _free_port()
     token = secrets.token_urlsafe(24)
-    argv = [sys.executable, "-m", "appliance.cli", "serve", *overrides, f"serving.port={engine_port}",
-            f"control.port={control_port}", f"control.token_env={_TOKEN_ENV}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "appliance.cli",
+        "serve",
+        *overrides,
+        f"serving.port={engine_port}",
+        f"control.port={control_port}",
+        f"control.token_env={_TOKEN_ENV}",
+    ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as sink:
         proc = await asyncio.create_subprocess_exec(
-            *argv, env=os.environ | {_TOKEN_ENV: token}, stdin=asyncio.subprocess.DEVNULL, stdout=sink,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            *argv,
+            env=os.environ | {_TOKEN_ENV: token},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=sink,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None,
-        )  # fmt: skip
+        )
     try:
         await _wait_ready(proc, f"http://127.0.0.1:{control_port}", token, log_path, ready_timeout_s)
         yield f"http://127.0.0.1:{engine_port}"

@@ -155,8 +155,9 @@ def detect_stalls(traces: Sequence[RequestTrace], margin_s: float) -> StallSumma
     total = sum(s.end_s - s.start_s for s in stalls)
     share = total / gap_total if gap_total else 0.0
     image = [s for s in stalls if s.image]
-    return StallSummary(len(stalls), total, share, margin_s * 1000.0, tuple(stalls), len(image),
-                        sum(s.end_s - s.start_s for s in image))  # fmt: skip
+    return StallSummary(
+        len(stalls), total, share, margin_s * 1000.0, tuple(stalls), len(image), sum(s.end_s - s.start_s for s in image)
+    )
 
 
 def goodput(traces: Sequence[RequestTrace], slo_ttft_ms: float, slo_itl_ms: float, duration_s: float) -> Goodput:

@@ -89,8 +89,20 @@ def plan_requests(workload: WorkloadConfig, count: int) -> tuple[PlannedRequest,
     return tuple(planned)
 
 
-_STREAMS = ("arrival", "api", "prompt", "output", "structured", "logprobs", "penalties", "prefix", "image",
-            "image-count", "image-size", "image-reuse")  # fmt: skip
+_STREAMS = (
+    "arrival",
+    "api",
+    "prompt",
+    "output",
+    "structured",
+    "logprobs",
+    "penalties",
+    "prefix",
+    "image",
+    "image-count",
+    "image-size",
+    "image-reuse",
+)
 
 
 def _draw_images(
@@ -149,10 +161,16 @@ def check_workload(
         longest, images = longest + most, f" (images {most})"
     if longest <= max_model_len:
         return []
-    return [Problem("workload-too-long", "workload.prompt_tokens.max",
-                    f"a request can reach {longest} prompt+output tokens{images} but the server accepts "
-                    f"{max_model_len}", "Lower workload.prompt_tokens.max or workload.output_tokens.max, or "
-                    "send fewer or smaller images (workload.images)")]  # fmt: skip
+    return [
+        Problem(
+            code="workload-too-long",
+            key="workload.prompt_tokens.max",
+            message=f"a request can reach {longest} prompt+output tokens{images} but the server accepts "
+            f"{max_model_len}",
+            fix="Lower workload.prompt_tokens.max or workload.output_tokens.max, or "
+            "send fewer or smaller images (workload.images)",
+        )
+    ]
 
 
 def draw_bounds(dist: LengthDistribution) -> int:

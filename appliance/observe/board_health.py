@@ -113,8 +113,9 @@ class BoardMonitor:
             if str(err) not in self._warned:
                 self._warned.add(str(err))
                 log.warning("boards (%s): %s", self.source, err)
-            self._view = BoardsView(self.source, self.slot, self.config.interval_s, self._view.boards, str(err),
-                                    self._view.samples)  # fmt: skip
+            self._view = BoardsView(
+                self.source, self.slot, self.config.interval_s, self._view.boards, str(err), self._view.samples
+            )
             return self._view
         now = self._clock()
         seen = {r.board for r in readings}
@@ -136,14 +137,23 @@ class BoardMonitor:
         self._hand_on(track, reading, state, reason, now)
         readings = [r for _, r in list(track.history)[-TREND:]]
         age = None if track.beat is None else now - track.beat_at
-        trips = 0 if track.trips_at_start is None or reading.therm_trips is None else max(
-            reading.therm_trips - track.trips_at_start, 0)  # fmt: skip
+        trips = (
+            0
+            if track.trips_at_start is None or reading.therm_trips is None
+            else max(reading.therm_trips - track.trips_at_start, 0)
+        )
         last = reading if reading.present or not track.history else track.history[-1][1]
         return BoardHealth(
-            self.slot, state, reason, last if reading.present else _absent(last), age, trips,
-            tuple(r.temperature_c for r in readings), tuple(r.power_w for r in readings),
+            self.slot,
+            state,
+            reason,
+            last if reading.present else _absent(last),
+            age,
+            trips,
+            tuple(r.temperature_c for r in readings),
+            tuple(r.power_w for r in readings),
             tuple(r.aiclk_mhz for r in readings),
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _beat(track: _Track, reading: BoardReading, now: float) -> None:
@@ -162,16 +172,21 @@ class BoardMonitor:
         if not reading.present:
             return "gone", f"{name}: the board is gone ({self._where()})"
         if track.beat is not None and now - track.beat_at >= cfg.heartbeat_stall_s:
-            return "stalled", (f"{name}: ARC heartbeat stalled for {now - track.beat_at:.1f}s (tt_heartbeat stuck at "
-                               f"{track.beat:.0f})")  # fmt: skip
+            return "stalled", (
+                f"{name}: ARC heartbeat stalled for {now - track.beat_at:.1f}s (tt_heartbeat stuck at {track.beat:.0f})"
+            )
         before, after = track.trips
         if before is not None and after is not None and after > before:  # a driver reload restarts the count
-            return "tripped", (f"{name}: thermal trip (tt_therm_trip_count {before} -> {after}) "
-                               f"at {_celsius(reading.temperature_c)}")  # fmt: skip
+            return "tripped", (
+                f"{name}: thermal trip (tt_therm_trip_count {before} -> {after}) at {_celsius(reading.temperature_c)}"
+            )
         trip = reading.trip_c or cfg.trip_c
         if reading.temperature_c is not None and reading.temperature_c >= trip - cfg.hot_margin_c:
-            return "hot", f"{name}: {_celsius(reading.temperature_c)}, within {cfg.hot_margin_c:g} C of its trip " \
-                          f"point {trip:g} C"  # fmt: skip
+            return (
+                "hot",
+                f"{name}: {_celsius(reading.temperature_c)}, within {cfg.hot_margin_c:g} C of its trip "
+                f"point {trip:g} C",
+            )
         if reading.temperature_c is None and reading.heartbeat is None and reading.aiclk_mhz is None:
             return "unknown", f"{name}: no attribute could be read"
         return "ok", ""

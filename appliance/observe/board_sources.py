@@ -26,8 +26,9 @@ def sysfs_reader(root: Path, boards: tuple[int, ...]) -> Reader:
     return read
 
 
-def telemetry_reader(url: str, boards: tuple[int, ...] | None, hostname: str | None,
-                     transport: httpx.AsyncBaseTransport | None = None) -> Reader:  # fmt: skip
+def telemetry_reader(
+    url: str, boards: tuple[int, ...] | None, hostname: str | None, transport: httpx.AsyncBaseTransport | None = None
+) -> Reader:
     """Reads the exporter's page; `boards` keeps the chips whose number is one of them (a slot's), None keeps all."""
 
     async def read() -> tuple[BoardReading, ...]:
@@ -55,7 +56,6 @@ def board_monitor(
     """
     url = config.tt_telemetry_url
     if url:
-        read = telemetry_reader(url, None if every_chip else boards, hostname or socket.gethostname(),
-                                transport)  # fmt: skip
+        read = telemetry_reader(url, None if every_chip else boards, hostname or socket.gethostname(), transport)
         return BoardMonitor(config, read, f"tt-telemetry {url}", slot=slot, on_fault=on_fault)
     return BoardMonitor(config, sysfs_reader(root, boards), "sysfs", slot=slot, on_fault=on_fault)

@@ -66,8 +66,11 @@ def requested(plan: LaunchPlan) -> Capabilities:
     if "compact_json" in adjusted:
         values["compact_json"] = True
     known = {k: v for k, v in values.items() if v is not None}
-    return Capabilities(**known, set_env=tuple(n for n in plan.env if n.startswith("VLLM_")),
-                        sources=MappingProxyType(dict.fromkeys(known, "plan")))  # fmt: skip
+    return Capabilities(
+        **known,
+        set_env=tuple(n for n in plan.env if n.startswith("VLLM_")),
+        sources=MappingProxyType(dict.fromkeys(known, "plan")),
+    )
 
 
 def _lanes(plan: LaunchPlan) -> bool:
@@ -109,7 +112,7 @@ _WARNINGS: tuple[tuple[re.Pattern[str], str, Any], ...] = (
         re.compile(r"Async scheduling (?:not supported|is not compatible|will be disabled|is disabled)"),
         "async_scheduling",
         False,
-    ),  # fmt: skip
+    ),
     (re.compile(r"Chunked prefill is not supported for "), "chunked_prefill", False),
     (re.compile(r"Chunked prefill enabled for "), "chunked_prefill", True),
     (re.compile(r"Chunked prefill enabled for .*max_num_batched_tokens=(\d+)"), "max_num_batched_tokens", int),
@@ -117,12 +120,12 @@ _WARNINGS: tuple[tuple[re.Pattern[str], str, Any], ...] = (
         re.compile(r"max_num_batched_tokens=\d+ < max_model_len=(\d+) with chunked prefill disabled, bumping"),
         "max_num_batched_tokens",
         int,
-    ),  # fmt: skip
+    ),
     (
         re.compile(r"lane-DP instead \((\d+) lanes, per-lane max_num_seqs=\d+, global max_num_seqs=(\d+)\)"),
         "max_num_seqs",
         "lanes",
-    ),  # fmt: skip
+    ),
 )
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: (\S+)")
 
@@ -203,11 +206,25 @@ def differences(want: Capabilities, got: Capabilities) -> tuple[Problem, ...]:
             continue
         asked, runs = getattr(want, name), getattr(got, name)
         if asked is not None and runs is not None and asked != runs:
-            found.append(Problem("capability-differs", name, f"the plan asks for {name}={asked}, the engine runs "
-                                 f"{name}={runs} ({got.sources.get(name, 'engine')})",
-                                 "Plan what the engine can run, or find why it refused", "warning"))  # fmt: skip
+            found.append(
+                Problem(
+                    code="capability-differs",
+                    key=name,
+                    message=f"the plan asks for {name}={asked}, the engine runs "
+                    f"{name}={runs} ({got.sources.get(name, 'engine')})",
+                    fix="Plan what the engine can run, or find why it refused",
+                    severity="warning",
+                )
+            )
     for name in got.ignored_env:
         if name in want.set_env:
-            found.append(Problem("env-not-read", f"engine.env.{name}", f"the plan sets {name}, which the engine "
-                                 "reports as unknown", f"Remove {name} from the plan", "warning"))  # fmt: skip
+            found.append(
+                Problem(
+                    code="env-not-read",
+                    key=f"engine.env.{name}",
+                    message=f"the plan sets {name}, which the engine reports as unknown",
+                    fix=f"Remove {name} from the plan",
+                    severity="warning",
+                )
+            )
     return tuple(found)

@@ -21,12 +21,14 @@ from prometheus_client.samples import Sample
 
 __all__ = ["ALIASES", "EngineSample", "Histogram", "parse_metrics"]
 
-ALIASES: Mapping[str, str] = MappingProxyType({
-    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
-    "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
-    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
-    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
-})  # fmt: skip
+ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+        "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
+        "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
+        "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
+    }
+)
 """Deprecated family name -> the name current vLLM uses (counter families without `_total`)."""
 
 KV_USAGE = "vllm:kv_cache_usage_perc"

@@ -17,9 +17,17 @@ from itertools import pairwise
 from appliance.observe.engine_metrics import KV_USAGE, EngineSample, Histogram
 
 __all__ = [
-    "FAMILIES", "TPOT", "TTFT", "LoadSummary", "MetricsWindow", "Percentiles", "StepStats", "quantile", "share_within",
+    "FAMILIES",
+    "TPOT",
+    "TTFT",
+    "LoadSummary",
+    "MetricsWindow",
+    "Percentiles",
+    "StepStats",
+    "quantile",
+    "share_within",
     "summarize",
-]  # fmt: skip
+]
 
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -33,10 +41,18 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 _WATCHED = (RUNNING, WAITING, KV_USAGE, PROMPT, GENERATION, TTFT, ITL, E2E, STEP_TOKENS)
 _FAILED = ("vllm:request_success{finished_reason=error}", "vllm:request_success{finished_reason=abort}")
-FAMILIES = frozenset({
-    *_WATCHED, "vllm:prompt_tokens_by_source", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
-    "vllm:num_preemptions", "vllm:request_success", "vllm:cache_config_info", TPOT,
-})  # fmt: skip
+FAMILIES = frozenset(
+    {
+        *_WATCHED,
+        "vllm:prompt_tokens_by_source",
+        "vllm:prefix_cache_hits",
+        "vllm:prefix_cache_queries",
+        "vllm:num_preemptions",
+        "vllm:request_success",
+        "vllm:cache_config_info",
+        TPOT,
+    }
+)
 """Every family a summary reads: pass it to parse_metrics(keep=...) to parse only those."""
 
 

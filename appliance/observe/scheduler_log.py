@@ -14,9 +14,7 @@ from dataclasses import dataclass, replace
 
 __all__ = ["DecodeStalls", "SchedulerLog", "SchedulerView", "StepLine"]
 
-_STATS = re.compile(
-    r"(?:Engine \d+|\d+ Engines Aggregated): Avg prompt throughput: [\d.]+ tokens/s, .*"
-)  # fmt: skip
+_STATS = re.compile(r"(?:Engine \d+|\d+ Engines Aggregated): Avg prompt throughput: [\d.]+ tokens/s, .*")
 _STEP = re.compile(
     r"Engine (?P<engine>\d+): Iteration\((?P<index>\d+)\): (?P<ctx_reqs>\d+) context requests, "
     r"(?P<ctx_tokens>\d+) context tokens, (?P<gen_reqs>\d+) generation requests, (?P<gen_tokens>\d+) generation "
@@ -79,9 +77,16 @@ class SchedulerLog:
         if (step := _STEP.search(line)) is not None:
             g = step.groupdict()
             self._count(
-                StepLine(int(g["engine"]), int(g["index"]), int(g["ctx_reqs"]), int(g["ctx_tokens"]),
-                         int(g["gen_reqs"]), int(g["gen_tokens"]), float(g["ms"]))
-            )  # fmt: skip
+                StepLine(
+                    int(g["engine"]),
+                    int(g["index"]),
+                    int(g["ctx_reqs"]),
+                    int(g["ctx_tokens"]),
+                    int(g["gen_reqs"]),
+                    int(g["gen_tokens"]),
+                    float(g["ms"]),
+                )
+            )
         elif (stats := _STATS.search(line)) is not None:
             self._stats = stats.group(0)
 

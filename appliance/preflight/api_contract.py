@@ -162,8 +162,14 @@ def diff_contract(recorded: ApiContract, live: ApiContract) -> ContractDiff:
     return ContractDiff(tuple(added), tuple(removed), tuple(changed))
 
 
-def _diff_fields(where: str, then: Mapping[str, FieldSpec], now: Mapping[str, FieldSpec],
-                 added: list[str], removed: list[str], changed: list[str]) -> None:  # fmt: skip
+def _diff_fields(
+    where: str,
+    then: Mapping[str, FieldSpec],
+    now: Mapping[str, FieldSpec],
+    added: list[str],
+    removed: list[str],
+    changed: list[str],
+) -> None:
     """One endpoint's or content part's fields, recorded against live, into the three lists."""
     for name, old in then.items():
         new = now.get(name)
@@ -184,9 +190,13 @@ def load_contract(path: Path = CONTRACT_FILE) -> ApiContract:
     try:
         return _ADAPTER.validate_json(path.read_text())
     except FileNotFoundError:
-        raise ConfigError((Problem("contract-missing", str(path), "no client contract recorded"),)) from None
+        raise ConfigError(
+            (Problem(code="contract-missing", key=str(path), message="no client contract recorded"),)
+        ) from None
     except ValidationError as err:
-        raise ConfigError((Problem("contract-invalid", str(path), " ".join(str(err).split())),)) from None
+        raise ConfigError(
+            (Problem(code="contract-invalid", key=str(path), message=" ".join(str(err).split())),)
+        ) from None
 
 
 def contract_json(contract: ApiContract) -> dict[str, Any]:

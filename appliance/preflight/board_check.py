@@ -29,27 +29,56 @@ def board_health_check(given: HostCheckInput) -> CheckResult:
     if not readings:
         return check("host.boards", _TITLE, "unknown", "no board to read", "See host.mesh", blocking=True)
     untrained = _untrained(given)
-    hot = [r for r in readings if r.temperature_c is not None and r.temperature_c >= _trip(r, cfg.trip_c) -
-           cfg.hot_margin_c]  # fmt: skip
+    hot = [
+        r
+        for r in readings
+        if r.temperature_c is not None and r.temperature_c >= _trip(r, cfg.trip_c) - cfg.hot_margin_c
+    ]
     tripped = [r for r in readings if r.therm_trips]
     problems = [p for r in readings for p in r.problems]
     evidence: dict[str, Any] = {"source": source} | {f"{label}{r.board}": _facts(r, cfg.trip_c) for r in readings}
     if untrained:
-        return check("host.boards", _TITLE, "fail", f"DRAM did not train on chip(s) {', '.join(untrained)} "
-                     "(tt-smi board_info.dram_status)", "Reset with `tt-smi -r`; DRAM that keeps failing training "
-                     "needs the board repaired", blocking=True, **evidence)  # fmt: skip
+        return check(
+            "host.boards",
+            _TITLE,
+            "fail",
+            f"DRAM did not train on chip(s) {', '.join(untrained)} (tt-smi board_info.dram_status)",
+            "Reset with `tt-smi -r`; DRAM that keeps failing training needs the board repaired",
+            blocking=True,
+            **evidence,
+        )
     if hot or tripped:
         said = [f"{label}{r.board} at {r.temperature_c:.1f} C (trip {_trip(r, cfg.trip_c):g} C)" for r in hot]
         said += [f"{label}{r.board} tripped {r.therm_trips} time(s) since the driver loaded" for r in tripped]
-        return check("host.boards", _TITLE, "warn", "; ".join(said), "Check the host's airflow and fans before "
-                     "serving", blocking=True, **evidence)  # fmt: skip
+        return check(
+            "host.boards",
+            _TITLE,
+            "warn",
+            "; ".join(said),
+            "Check the host's airflow and fans before serving",
+            blocking=True,
+            **evidence,
+        )
     if problems:
-        return check("host.boards", _TITLE, "unknown", f"{len(problems)} attribute(s) unreadable: {problems[0]}",
-                     "Check tt-kmd's version (older drivers lack some attributes)", blocking=True, unreadable=problems,
-                     **evidence)  # fmt: skip
+        return check(
+            "host.boards",
+            _TITLE,
+            "unknown",
+            f"{len(problems)} attribute(s) unreadable: {problems[0]}",
+            "Check tt-kmd's version (older drivers lack some attributes)",
+            blocking=True,
+            unreadable=problems,
+            **evidence,
+        )
     hottest = max(readings, key=lambda r: r.temperature_c or 0.0)
-    return check("host.boards", _TITLE, "pass", f"{len(readings)} board(s), hottest {label}{hottest.board} at "
-                 f"{hottest.temperature_c:.1f} C", blocking=True, **evidence)  # fmt: skip
+    return check(
+        "host.boards",
+        _TITLE,
+        "pass",
+        f"{len(readings)} board(s), hottest {label}{hottest.board} at {hottest.temperature_c:.1f} C",
+        blocking=True,
+        **evidence,
+    )
 
 
 def _untrained(given: HostCheckInput) -> list[str]:

@@ -46,8 +46,17 @@ def host_checks(given: HostCheckInput) -> tuple[CheckResult, ...]:
     """Every host check: the mesh, firmware, KMD, device holders, the boards' health, hugepages, disk, memory and
     the pinned checkpoint against its lock."""
     runs: tuple[Callable[[HostCheckInput], CheckResult], ...] = (
-        _mesh, _firmware, _kmd, _holders, board_health_check, _hugepages, _disk, _memory, _weights, _tensor_cache,
-    )  # fmt: skip
+        _mesh,
+        _firmware,
+        _kmd,
+        _holders,
+        board_health_check,
+        _hugepages,
+        _disk,
+        _memory,
+        _weights,
+        _tensor_cache,
+    )
     return tuple(run(given) for run in runs)
 
 
@@ -77,21 +86,35 @@ def _mesh(given: HostCheckInput) -> CheckResult:
         "requested": f"mesh={mesh.option} ({mesh.boards} x {mesh.board_name}, {mesh.chips} chips)"
     }
     if matching >= mesh.boards and matching == len(host.boards):
-        return check("host.mesh", title, "pass", f"{matching} {mesh.board_name} board(s)", blocking=True,
-                     boards=boards, **evidence)  # fmt: skip
+        return check(
+            "host.mesh",
+            title,
+            "pass",
+            f"{matching} {mesh.board_name} board(s)",
+            blocking=True,
+            boards=boards,
+            **evidence,
+        )
     try:
-        fits = f"Use mesh={mesh_for_host(host)}, which this host's boards form" if host.boards else (
-            "Run this config on a TT host, or serve the embedded CPU default"
-        )  # fmt: skip
+        fits = (
+            f"Use mesh={mesh_for_host(host)}, which this host's boards form"
+            if host.boards
+            else ("Run this config on a TT host, or serve the embedded CPU default")
+        )
     except ConfigError:
         fits = "Run on a host with those boards, or choose a mesh this host's boards form"
     found = f"{len(host.boards)} board(s) of type {', '.join(sorted({b.card_type or '?' for b in host.boards}))}"
     return check(
-        "host.mesh", title, "fail",
+        "host.mesh",
+        title,
+        "fail",
         f"mesh={mesh.option} needs {mesh.boards} {mesh.board_name} board(s); this host has "
         f"{found if host.boards else 'none in /dev/tenstorrent'}",
-        fits, blocking=True, boards=boards, **evidence,
-    )  # fmt: skip
+        fits,
+        blocking=True,
+        boards=boards,
+        **evidence,
+    )
 
 
 def _firmware(given: HostCheckInput) -> CheckResult:
@@ -105,8 +128,14 @@ def _firmware(given: HostCheckInput) -> CheckResult:
 def _kmd(given: HostCheckInput) -> CheckResult:
     host = given.host
     found = host.kmd_version or (host.tt_smi.kmd_version if host.tt_smi else None)
-    return _minimum("host.kmd", "Kernel driver (tt-kmd)", [found] if found else [], given.validated.row.kmd_min, given,
-                    "Install a newer tt-kmd")  # fmt: skip
+    return _minimum(
+        "host.kmd",
+        "Kernel driver (tt-kmd)",
+        [found] if found else [],
+        given.validated.row.kmd_min,
+        given,
+        "Install a newer tt-kmd",
+    )
 
 
 def _minimum(
@@ -118,18 +147,42 @@ def _minimum(
     if not minimum:
         return check(id, title, "pass", f"the matrix row ({row}) sets no minimum", blocking=True, found=found)
     if not found or None in found:
-        return check(id, title, "unknown", "the host does not report a version", "Check with `tt-smi -s`",
-                     blocking=True, found=found, minimum=minimum)  # fmt: skip
+        return check(
+            id,
+            title,
+            "unknown",
+            "the host does not report a version",
+            "Check with `tt-smi -s`",
+            blocking=True,
+            found=found,
+            minimum=minimum,
+        )
     try:
         below = sorted({v for v in found if v is not None and Version(v) < Version(minimum)})
     except InvalidVersion as err:
         return check(id, title, "unknown", f"cannot compare versions ({err})", blocking=True, found=found)
     if below:
-        return check(id, title, "fail", f"{', '.join(below)} is below {minimum}, the minimum for {row}",
-                     f"{fix} to ≥ {minimum}", blocking=True, found=found, minimum=minimum)  # fmt: skip
+        return check(
+            id,
+            title,
+            "fail",
+            f"{', '.join(below)} is below {minimum}, the minimum for {row}",
+            f"{fix} to ≥ {minimum}",
+            blocking=True,
+            found=found,
+            minimum=minimum,
+        )
     if len(set(found)) > 1:
-        return check(id, title, "warn", f"boards differ: {', '.join(sorted(set(map(str, found))))}",
-                     f"{fix} so every board matches", blocking=True, found=found, minimum=minimum)  # fmt: skip
+        return check(
+            id,
+            title,
+            "warn",
+            f"boards differ: {', '.join(sorted(set(map(str, found))))}",
+            f"{fix} so every board matches",
+            blocking=True,
+            found=found,
+            minimum=minimum,
+        )
     return check(id, title, "pass", f"{found[0]} ≥ {minimum}", blocking=True, found=found, minimum=minimum)
 
 
@@ -139,13 +192,26 @@ def _holders(given: HostCheckInput) -> CheckResult:
     if given.validated.engine == "cpu":
         return check("host.holders", title, "pass", "the CPU engine opens no device", blocking=True)
     if smi is None:
-        return check("host.holders", title, "unknown", "no tt-smi snapshot to say who holds the devices",
-                     "Install tt-smi", blocking=True, tt_smi=given.host.tt_smi_error)  # fmt: skip
+        return check(
+            "host.holders",
+            title,
+            "unknown",
+            "no tt-smi snapshot to say who holds the devices",
+            "Install tt-smi",
+            blocking=True,
+            tt_smi=given.host.tt_smi_error,
+        )
     held = [f"pid {p.pid} ({p.user or '?'}) on {p.device}: {p.cmdline}" for p in smi.processes]
     if held:
-        return check("host.holders", title, "fail", f"{len(held)} process(es) hold Tenstorrent devices",
-                     "Stop them (or `tt-smi -r` after they exit) before serving", blocking=True,
-                     holders=held)  # fmt: skip
+        return check(
+            "host.holders",
+            title,
+            "fail",
+            f"{len(held)} process(es) hold Tenstorrent devices",
+            "Stop them (or `tt-smi -r` after they exit) before serving",
+            blocking=True,
+            holders=held,
+        )
     return check("host.holders", title, "pass", "no process holds a device", blocking=True)
 
 
@@ -157,11 +223,24 @@ def _hugepages(given: HostCheckInput) -> CheckResult:
     need = len(given.host.boards) or given.validated.config.mesh.boards
     if pages is None or pages.free < need or pages.mount is None:
         have = "no 1 GiB pool" if pages is None else f"{pages.free} free of {pages.total}, mount {pages.mount}"
-        return check("host.hugepages", title, "fail", f"{need} free page(s) needed; {have}",
-                     "Run tt-installer's hugepages setup (hugepages-1G=N on the kernel command line, "
-                     "mounted at /dev/hugepages-1G)", blocking=True, need=need)  # fmt: skip
-    return check("host.hugepages", title, "pass", f"{pages.free} free of {pages.total} ≥ {need} needed",
-                 blocking=True, mount=pages.mount)  # fmt: skip
+        return check(
+            "host.hugepages",
+            title,
+            "fail",
+            f"{need} free page(s) needed; {have}",
+            "Run tt-installer's hugepages setup (hugepages-1G=N on the kernel command line, "
+            "mounted at /dev/hugepages-1G)",
+            blocking=True,
+            need=need,
+        )
+    return check(
+        "host.hugepages",
+        title,
+        "pass",
+        f"{pages.free} free of {pages.total} ≥ {need} needed",
+        blocking=True,
+        mount=pages.mount,
+    )
 
 
 def _disk(given: HostCheckInput) -> CheckResult:
@@ -175,12 +254,27 @@ def _disk(given: HostCheckInput) -> CheckResult:
         "basis": basis,
     }
     if need is None:
-        return check("host.disk", title, "unknown", f"{free / GIB:.1f} GiB free; {basis}",
-                     "Make sure the model and tensor cache fit", blocking=True, **evidence)  # fmt: skip
+        return check(
+            "host.disk",
+            title,
+            "unknown",
+            f"{free / GIB:.1f} GiB free; {basis}",
+            "Make sure the model and tensor cache fit",
+            blocking=True,
+            **evidence,
+        )
     status: CheckStatus = "pass" if free >= need else "fail"
-    return check("host.disk", title, status, f"{free / GIB:.1f} GiB free, {need / GIB:.1f} GiB needed ({basis})",
-                 f"Free space under {where} or set paths.cache_dir elsewhere", blocking=True, need_bytes=need,
-                 model=plan.model_path, **evidence)  # fmt: skip
+    return check(
+        "host.disk",
+        title,
+        status,
+        f"{free / GIB:.1f} GiB free, {need / GIB:.1f} GiB needed ({basis})",
+        f"Free space under {where} or set paths.cache_dir elsewhere",
+        blocking=True,
+        need_bytes=need,
+        model=plan.model_path,
+        **evidence,
+    )
 
 
 def _weights(given: HostCheckInput) -> CheckResult:
@@ -194,17 +288,38 @@ def _weights(given: HostCheckInput) -> CheckResult:
         if plan.generate or plan.model_path.startswith("/"):
             what = "embedded, built against its recorded hash" if plan.generate else "a local folder"
             return check("host.weights", title, "pass", f"nothing pinned: {plan.checkpoint} is {what}", blocking=True)
-        return check("host.weights", title, "warn", f"{plan.checkpoint} names no revision: unpinned",
-                     "Set model.revision and run `appliance fetch` ahead", blocking=True)  # fmt: skip
+        return check(
+            "host.weights",
+            title,
+            "warn",
+            f"{plan.checkpoint} names no revision: unpinned",
+            "Set model.revision and run `appliance fetch` ahead",
+            blocking=True,
+        )
     try:
         lock = verified(weights, full=False)
     except WeightsError as error:
-        return check("host.weights", title, "fail", str(error), "Run `appliance fetch` with this config's overrides",
-                     blocking=True, entry=weights.entry, lock=weights.lock_file)  # fmt: skip
+        return check(
+            "host.weights",
+            title,
+            "fail",
+            str(error),
+            "Run `appliance fetch` with this config's overrides",
+            blocking=True,
+            entry=weights.entry,
+            lock=weights.lock_file,
+        )
     size = sum(f.size for f in lock.files) / GIB
-    return check("host.weights", title, "pass", f"{weights.checkpoint}@{weights.revision[:12]}: {len(lock.files)} "
-                 f"files, {size:.2f} GiB, as its lock says (sizes and the last verification's stamp)", blocking=True,
-                 entry=weights.entry, lock=weights.lock_file)  # fmt: skip
+    return check(
+        "host.weights",
+        title,
+        "pass",
+        f"{weights.checkpoint}@{weights.revision[:12]}: {len(lock.files)} "
+        f"files, {size:.2f} GiB, as its lock says (sizes and the last verification's stamp)",
+        blocking=True,
+        entry=weights.entry,
+        lock=weights.lock_file,
+    )
 
 
 def _tensor_cache(given: HostCheckInput) -> CheckResult:
@@ -214,11 +329,17 @@ def _tensor_cache(given: HostCheckInput) -> CheckResult:
         return check("host.tensor_cache", title, "pass", "none: the CPU engine builds no tensor cache")
     state = cache_state(plan.tensor_cache)
     if state.built:
-        return check("host.tensor_cache", title, "pass", f"built by a boot of {state.boot_s or 0:.0f}s",
-                     path=plan.tensor_cache)  # fmt: skip
-    return check("host.tensor_cache", title, "warn", f"not built: the first boot builds it, within "
-                 f"engine.ready_timeout_s={plan.ready_timeout_s:.0f}s", "Boot it once off-rotation before the pilot",
-                 path=plan.tensor_cache)  # fmt: skip
+        return check(
+            "host.tensor_cache", title, "pass", f"built by a boot of {state.boot_s or 0:.0f}s", path=plan.tensor_cache
+        )
+    return check(
+        "host.tensor_cache",
+        title,
+        "warn",
+        f"not built: the first boot builds it, within engine.ready_timeout_s={plan.ready_timeout_s:.0f}s",
+        "Boot it once off-rotation before the pilot",
+        path=plan.tensor_cache,
+    )
 
 
 def disk_need(plan: LaunchPlan) -> tuple[int | None, str]:
@@ -266,8 +387,21 @@ def _memory(given: HostCheckInput) -> CheckResult:
     if available is None:
         return check("host.memory", title, "unknown", "/proc/meminfo has no MemAvailable", blocking=True, **evidence)
     if available >= need:
-        return check("host.memory", title, "pass", f"{available / GIB:.1f} GiB available ≥ {need / GIB:.1f} GiB",
-                     blocking=True, **evidence)  # fmt: skip
+        return check(
+            "host.memory",
+            title,
+            "pass",
+            f"{available / GIB:.1f} GiB available ≥ {need / GIB:.1f} GiB",
+            blocking=True,
+            **evidence,
+        )
     status: CheckStatus = "fail" if hard else "warn"
-    return check("host.memory", title, status, f"{available / GIB:.1f} GiB available < {need / GIB:.1f} GiB ({basis})",
-                 "Free memory or lower the engine's KV cache / model size", blocking=True, **evidence)  # fmt: skip
+    return check(
+        "host.memory",
+        title,
+        status,
+        f"{available / GIB:.1f} GiB available < {need / GIB:.1f} GiB ({basis})",
+        "Free memory or lower the engine's KV cache / model size",
+        blocking=True,
+        **evidence,
+    )

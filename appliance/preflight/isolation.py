@@ -24,9 +24,21 @@ VENDOR_SYMBOLS = re.compile(
 # Literal fragments of those names: substring tests are far cheaper than the regex, which then
 # runs only on the lines that contain one (vLLM has ~2,600 source files, 39 MB).
 _FRAGMENTS = (
-    "ttnn", "tt_metal", "tt-metal", "TT_METAL_", "enstorrent", "ENSTORRENT", "tt_plugin", "tt-plugin",
-    "tt_model_registry", "TTPlatform", "TT_VISIBLE_DEVICES", "MESH_DEVICE", "ForCausalLM", "ForConditionalGeneration",
-)  # fmt: skip
+    "ttnn",
+    "tt_metal",
+    "tt-metal",
+    "TT_METAL_",
+    "enstorrent",
+    "ENSTORRENT",
+    "tt_plugin",
+    "tt-plugin",
+    "tt_model_registry",
+    "TTPlatform",
+    "TT_VISIBLE_DEVICES",
+    "MESH_DEVICE",
+    "ForCausalLM",
+    "ForConditionalGeneration",
+)
 MAX_LISTED = 50
 
 

@@ -86,13 +86,26 @@ def launch_check(plan: LaunchPlan, environ: Mapping[str, str], *, devices: bool)
     port an appliance's lock record says it holds is that appliance's, not a refusal."""
     title = "What serve needs before boot (files, paths, ports, secrets, cores)"
     if plan.engine == "tt" and not devices:
-        return check("host.launch", title, "unknown", "not judged: no Tenstorrent devices here",
-                     "Run it on the TT host", blocking=True)  # fmt: skip
+        return check(
+            "host.launch",
+            title,
+            "unknown",
+            "not judged: no Tenstorrent devices here",
+            "Run it on the TT host",
+            blocking=True,
+        )
     found = launch_checks(plan, environ, devices=devices).errors
     refused = [p for p in found if not (p.code == "port-in-use" and "held by an appliance" in p.message)]
     if refused:
-        return check("host.launch", title, "fail", "; ".join(p.render() for p in refused), refused[0].fix,
-                     blocking=True, codes=[p.code for p in refused])  # fmt: skip
+        return check(
+            "host.launch",
+            title,
+            "fail",
+            "; ".join(p.render() for p in refused),
+            refused[0].fix,
+            blocking=True,
+            codes=[p.code for p in refused],
+        )
     held = f" (ports held by the appliance: {', '.join(p.key for p in found)})" if found else ""
     return check("host.launch", title, "pass", "serve would refuse nothing here" + held, blocking=True)
 
@@ -105,9 +118,13 @@ def _cores(plan: LaunchPlan) -> Iterator[Problem]:
     try:
         engine_cores(share.reserve_cores, plan.env.get(BIND))
     except ValueError as err:
-        yield Problem("host-share-no-core", "engine.host_share.reserve_cores", str(err),
-                      "Set engine.host_share.reserve_cores=0 or lower it to leave the engine a core",
-                      change=("engine.host_share.reserve_cores=0",))  # fmt: skip
+        yield Problem(
+            code="host-share-no-core",
+            key="engine.host_share.reserve_cores",
+            message=str(err),
+            fix="Set engine.host_share.reserve_cores=0 or lower it to leave the engine a core",
+            change=("engine.host_share.reserve_cores=0",),
+        )
 
 
 def _tls(plan: LaunchPlan) -> Iterator[Problem]:
@@ -122,24 +139,48 @@ def _tls(plan: LaunchPlan) -> Iterator[Problem]:
 
 
 def _paths(plan: LaunchPlan) -> Iterator[Problem]:
-    if plan.generate is None and plan.weights is None and plan.model_path.startswith(("/", ".", "~")) and not Path(
-            plan.model_path).is_dir():  # fmt: skip
+    if (
+        plan.generate is None
+        and plan.weights is None
+        and plan.model_path.startswith(("/", ".", "~"))
+        and not Path(plan.model_path).is_dir()
+    ):
         # vLLM would take the path for a hub repo id and fail only after its imports.
-        yield Problem("checkpoint-missing", "model.checkpoint", f"{plan.model_path} is not a directory on this host",
-                      "Copy the checkpoint there or point model.checkpoint at its folder")  # fmt: skip
+        yield Problem(
+            code="checkpoint-missing",
+            key="model.checkpoint",
+            message=f"{plan.model_path} is not a directory on this host",
+            fix="Copy the checkpoint there or point model.checkpoint at its folder",
+        )
     if not Path(plan.python).is_file():
-        fix = f"Run `{engine_build_command('cpu')}`" if plan.engine == "cpu" else (
-            "Set engine.python to the tt-metal environment's")  # fmt: skip
-        yield Problem("engine-missing", "engine.python", f"the engine's interpreter {plan.python} does not exist", fix)
+        fix = (
+            f"Run `{engine_build_command('cpu')}`"
+            if plan.engine == "cpu"
+            else ("Set engine.python to the tt-metal environment's")
+        )
+        yield Problem(
+            code="engine-missing",
+            key="engine.python",
+            message=f"the engine's interpreter {plan.python} does not exist",
+            fix=fix,
+        )
     if plan.media is not None and plan.media.site_local_dir and not Path(plan.media.local_dir).is_dir():
         # vLLM refuses the folder only once its server starts, after its imports.
-        yield Problem("media-dir-missing", "serving.local_media_dir", f"{plan.media.local_dir} is not a directory "
-                      "on this host", "Create it, or remove serving.local_media_dir")  # fmt: skip
+        yield Problem(
+            code="media-dir-missing",
+            key="serving.local_media_dir",
+            message=f"{plan.media.local_dir} is not a directory on this host",
+            fix="Create it, or remove serving.local_media_dir",
+        )
     for key, where in (("paths.state_dir", plan.state_dir), ("paths.log_dir", plan.log_dir)):
         found = _nearest_existing(Path(where).expanduser())
         if not (found.is_dir() and os.access(found, os.W_OK | os.X_OK)):
-            yield Problem("path-not-writable", key, f"{where} cannot be created or written ({found} is not a directory "
-                          "this user may write)", f"Give this user write access to {found} or set {key}")  # fmt: skip
+            yield Problem(
+                code="path-not-writable",
+                key=key,
+                message=f"{where} cannot be created or written ({found} is not a directory this user may write)",
+                fix=f"Give this user write access to {found} or set {key}",
+            )
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -148,8 +189,10 @@ def _nearest_existing(path: Path) -> Path:
 
 def _ports(plan: LaunchPlan) -> Iterator[Problem]:
     taken = {plan.port, plan.control.port}
-    for key, host, port in (("serving.port", plan.host, plan.port), ("control.port", plan.control.host,
-                                                                     plan.control.port)):  # fmt: skip
+    for key, host, port in (
+        ("serving.port", plan.host, plan.port),
+        ("control.port", plan.control.host, plan.control.port),
+    ):
         reason = _bind_refusal(host, port)
         if reason is None:
             continue
@@ -157,19 +200,31 @@ def _ports(plan: LaunchPlan) -> Iterator[Problem]:
         if record is not None and not _alive(record):
             # An appliance that died (SIGKILL, a crash) leaves its engine stopping for a while (PR_SET_PDEATHSIG
             # sends it SIGTERM): the port frees by itself, as systemd's Restart= expects. Not a refusal.
-            yield Problem("port-in-use", key, f"{host}:{port} is still held, by what an appliance that exited left "
-                          f"({record}): its engine is stopping", "serve goes on; the engine binds the port once it is "
-                          "free", "warning")  # fmt: skip
+            yield Problem(
+                code="port-in-use",
+                key=key,
+                message=f"{host}:{port} is still held, by what an appliance that exited left "
+                f"({record}): its engine is stopping",
+                fix="serve goes on; the engine binds the port once it is free",
+                severity="warning",
+            )
             continue
         holder = f", held by an appliance ({record})" if record is not None else ""
         message = f"{host}:{port} cannot be bound: {reason}{holder}"
         free = _free_port(host, port, taken)
         if free is None:
-            yield Problem("port-in-use", key, message, f"Stop what holds it, or set {key} to a free port")
+            yield Problem(
+                code="port-in-use", key=key, message=message, fix=f"Stop what holds it, or set {key} to a free port"
+            )
             continue
         taken.add(free)
-        yield Problem("port-in-use", key, message, f"Stop what holds it, or set {key}={free}",
-                      change=(f"{key}={free}",))  # fmt: skip
+        yield Problem(
+            code="port-in-use",
+            key=key,
+            message=message,
+            fix=f"Stop what holds it, or set {key}={free}",
+            change=(f"{key}={free}",),
+        )
 
 
 def _bind_refusal(host: str, port: int) -> str | None:
@@ -210,8 +265,14 @@ def _alive(record: str) -> bool:
 def _free_port(host: str, port: int, taken: set[int]) -> int | None:
     """The next port above `port` that binds and that the config does not use already (the fix to suggest); None
     when the next ones are all taken."""
-    return next((p for p in range(port + 1, min(port + _PORT_SEARCH, 65535) + 1)
-                 if p not in taken and _bind_refusal(host, p) is None), None)  # fmt: skip
+    return next(
+        (
+            p
+            for p in range(port + 1, min(port + _PORT_SEARCH, 65535) + 1)
+            if p not in taken and _bind_refusal(host, p) is None
+        ),
+        None,
+    )
 
 
 def _secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> Iterator[Problem]:
@@ -222,8 +283,12 @@ def _secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> Iterator[Problem]:
         if target in _OPTIONAL_SECRETS or present.get(source):
             continue
         key = "serving.api_key_env" if target == "VLLM_API_KEY" else f"engine.secret_env.{target}"
-        yield Problem("secret-missing", key, f"${source} is not set, so the engine would start without {target}",
-                      f"Export {source} (or mount it as a file in ${SECRETS_DIR_ENV}) before serve")  # fmt: skip
+        yield Problem(
+            code="secret-missing",
+            key=key,
+            message=f"${source} is not set, so the engine would start without {target}",
+            fix=f"Export {source} (or mount it as a file in ${SECRETS_DIR_ENV}) before serve",
+        )
 
 
 def secrets_from_dir(environ: Mapping[str, str]) -> dict[str, str]:
@@ -237,15 +302,27 @@ def secrets_from_dir(environ: Mapping[str, str]) -> dict[str, str]:
         return {}
     directory = Path(where)
     if not directory.is_dir():
-        raise ConfigError((Problem("secrets-dir-missing", SECRETS_DIR_ENV, f"{where} is not a directory",
-                                   f"Mount the secrets there or unset {SECRETS_DIR_ENV}"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="secrets-dir-missing",
+                    key=SECRETS_DIR_ENV,
+                    message=f"{where} is not a directory",
+                    fix=f"Mount the secrets there or unset {SECRETS_DIR_ENV}",
+                ),
+            )
+        )
     found = {}
     for path in sorted(directory.iterdir()):
         if _VARIABLE.match(path.name) and path.is_file() and not environ.get(path.name):
             try:
                 found[path.name] = path.read_text().rstrip("\r\n")
             except OSError as error:
-                problem = Problem("secret-file", SECRETS_DIR_ENV, f"cannot read {path}: {error.strerror}",
-                                  "Give the appliance's user read access (fsGroup in the pod)")  # fmt: skip
+                problem = Problem(
+                    code="secret-file",
+                    key=SECRETS_DIR_ENV,
+                    message=f"cannot read {path}: {error.strerror}",
+                    fix="Give the appliance's user read access (fsGroup in the pod)",
+                )
                 raise ConfigError((problem,)) from None
     return found

@@ -106,19 +106,35 @@ def ttnn_check(validated: ValidatedConfig, host: HostFacts, probe: TtnnProbe | s
         return check("host.ttnn", title, "unknown" if tt else "pass", probe, "Build the engine environment")
     if probe.skipped:
         return check("host.ttnn", title, "unknown", probe.skipped, "Run the check while no appliance serves")
-    evidence: dict[str, Any] = {"interpreter": probe.interpreter, "ttnn": probe.version, "chips": probe.chips,
-                "pcie_chips": probe.pcie_chips, "boards": len(host.boards)}  # fmt: skip
+    evidence: dict[str, Any] = {
+        "interpreter": probe.interpreter,
+        "ttnn": probe.version,
+        "chips": probe.chips,
+        "pcie_chips": probe.pcie_chips,
+        "boards": len(host.boards),
+    }
     if not probe.imported or probe.error:
         status: CheckStatus = "fail" if tt else "warn"
-        return check("host.ttnn", title, status, f"ttnn does not work: {probe.error}",
-                     "Without ttnn the plugin's platform_plugin() returns None and vLLM silently picks "
-                     "another platform; install the tt-metal environment", **evidence)  # fmt: skip
+        return check(
+            "host.ttnn",
+            title,
+            status,
+            f"ttnn does not work: {probe.error}",
+            "Without ttnn the plugin's platform_plugin() returns None and vLLM silently picks "
+            "another platform; install the tt-metal environment",
+            **evidence,
+        )
     if probe.pcie_chips != len(host.boards) or (tt and (probe.chips or 0) < validated.config.mesh.chips):
-        return check("host.ttnn", title, "fail" if tt else "warn",
-                     f"ttnn counts {probe.chips} chip(s) ({probe.pcie_chips} on PCIe), /dev/tenstorrent has "
-                     f"{len(host.boards)} board(s), mesh={validated.config.mesh.option} needs "
-                     f"{validated.config.mesh.chips}", "Check the cards with `tt-smi -ls` and reset them",
-                     **evidence)  # fmt: skip
+        return check(
+            "host.ttnn",
+            title,
+            "fail" if tt else "warn",
+            f"ttnn counts {probe.chips} chip(s) ({probe.pcie_chips} on PCIe), /dev/tenstorrent has "
+            f"{len(host.boards)} board(s), mesh={validated.config.mesh.option} needs "
+            f"{validated.config.mesh.chips}",
+            "Check the cards with `tt-smi -ls` and reset them",
+            **evidence,
+        )
     return check("host.ttnn", title, "pass", f"ttnn {probe.version} counts {probe.chips} chip(s)", **evidence)
 
 
@@ -131,17 +147,27 @@ def cadence_check(pins: PinManifest | str, env: EngineEnv | None, releases: Rele
     behind = lag(pins.vllm.version, releases)
     newest = behind.newest
     days = f"{behind.days} days" if behind.days is not None else "days unknown"
-    evidence: dict[str, Any] = {"pinned": pins.vllm.version, "installed": env.vllm_version if env else None,
-                "newest": newest.version, "newest_date": str(newest.date) if newest.date else None,
-                "minor_versions_behind": behind.minor_versions, "days_behind": behind.days,
-                "plugin": f"{pins.plugin.distribution} {pins.plugin.version} @ {pins.plugin.commit}"
-                if pins.plugin else None, "source": releases.source}  # fmt: skip
+    evidence: dict[str, Any] = {
+        "pinned": pins.vllm.version,
+        "installed": env.vllm_version if env else None,
+        "newest": newest.version,
+        "newest_date": str(newest.date) if newest.date else None,
+        "minor_versions_behind": behind.minor_versions,
+        "days_behind": behind.days,
+        "plugin": f"{pins.plugin.distribution} {pins.plugin.version} @ {pins.plugin.commit}" if pins.plugin else None,
+        "source": releases.source,
+    }
     over = [behind.minor_versions > limit[0] or (behind.days or 0) > limit[1] for limit in (CADENCE_PASS, CADENCE_WARN)]
     status: CheckStatus = "fail" if over[1] else "warn" if over[0] else "pass"
-    return check("pilot.cadence", title, status,
-                 f"pin {pins.vllm.version} is {behind.minor_versions} minor version(s) and {days} behind "
-                 f"vLLM {newest.version}", "Plan the plugin's migration to a newer vLLM (its compat issue "
-                 "diffs the coupled APIs), or pin a newer plugin commit", **evidence)  # fmt: skip
+    return check(
+        "pilot.cadence",
+        title,
+        status,
+        f"pin {pins.vllm.version} is {behind.minor_versions} minor version(s) and {days} behind vLLM {newest.version}",
+        "Plan the plugin's migration to a newer vLLM (its compat issue "
+        "diffs the coupled APIs), or pin a newer plugin commit",
+        **evidence,
+    )
 
 
 def isolation_check(env: EngineEnv | None, env_error: str | None) -> CheckResult:
@@ -150,15 +176,28 @@ def isolation_check(env: EngineEnv | None, env_error: str | None) -> CheckResult
         reason = env_error or f"{env.interpreter if env else '?'} has no vllm package"
         return check("pilot.isolation", title, "unknown", reason, "Build the engine environment")
     scan = scan_core(Path(env.vllm_path))
-    evidence: dict[str, Any] = {"scanned": scan.root, "files": scan.files, "hits": scan.total,
-                "findings": [f"{f.path}:{f.line}: {f.symbol}: {f.text}" for f in scan.findings]}  # fmt: skip
+    evidence: dict[str, Any] = {
+        "scanned": scan.root,
+        "files": scan.files,
+        "hits": scan.total,
+        "findings": [f"{f.path}:{f.line}: {f.symbol}: {f.text}" for f in scan.findings],
+    }
     if scan.total:
-        return check("pilot.isolation", title, "fail",
-                     f"{scan.total} vendor symbol(s) in the vLLM core ({env.vllm_distribution} {env.vllm_version})",
-                     "Move the vendor code into the plugin and install an unpatched vLLM core", **evidence)  # fmt: skip
-    return check("pilot.isolation", title, "pass",
-                 f"no vendor symbol in {scan.files} core files of {env.vllm_distribution} {env.vllm_version}",
-                 **evidence)  # fmt: skip
+        return check(
+            "pilot.isolation",
+            title,
+            "fail",
+            f"{scan.total} vendor symbol(s) in the vLLM core ({env.vllm_distribution} {env.vllm_version})",
+            "Move the vendor code into the plugin and install an unpatched vLLM core",
+            **evidence,
+        )
+    return check(
+        "pilot.isolation",
+        title,
+        "pass",
+        f"no vendor symbol in {scan.files} core files of {env.vllm_distribution} {env.vllm_version}",
+        **evidence,
+    )
 
 
 def pinning_check(
@@ -166,21 +205,36 @@ def pinning_check(
 ) -> CheckResult:
     title = "Build pinning"
     if isinstance(pins, str) or env is None:
-        return check("pilot.pinning", title, "unknown", pins if isinstance(pins, str) else str(env_error),
-                     "Build the engine environment from build/")  # fmt: skip
+        return check(
+            "pilot.pinning",
+            title,
+            "unknown",
+            pins if isinstance(pins, str) else str(env_error),
+            "Build the engine environment from build/",
+        )
     drift = pin_drift(env, pins, engine_environment(plan, os.environ), build_dir)
     manifest = str(build_dir / plan.engine / "pins.yaml")
-    evidence: dict[str, Any] = {"manifest": manifest, "interpreter": env.interpreter, "drift": list(drift),
-                "distributions": len(env.distributions)}  # fmt: skip
+    evidence: dict[str, Any] = {
+        "manifest": manifest,
+        "interpreter": env.interpreter,
+        "drift": list(drift),
+        "distributions": len(env.distributions),
+    }
     if drift:
-        return check("pilot.pinning", title, "fail", f"{len(drift)} difference(s) from {manifest}",
-                     f"Rebuild the environment (make engine-{plan.engine}) or update the manifest deliberately",
-                     **evidence)  # fmt: skip
+        return check(
+            "pilot.pinning",
+            title,
+            "fail",
+            f"{len(drift)} difference(s) from {manifest}",
+            f"Rebuild the environment (make engine-{plan.engine}) or update the manifest deliberately",
+            **evidence,
+        )
     return check("pilot.pinning", title, "pass", f"the environment matches {manifest}", **evidence)
 
 
-def api_check(contract_path: Path, base_url: str, media: MediaPolicy | None = None, timeout_s: float = 10.0) -> (
-        CheckResult):  # fmt: skip
+def api_check(
+    contract_path: Path, base_url: str, media: MediaPolicy | None = None, timeout_s: float = 10.0
+) -> CheckResult:
     """The client contract against the live engine; on a vision plan, also what image URLs clients may send."""
     title = "API compatibility"
     note = "" if media is None else f"; {_media_note(media)}"
@@ -188,16 +242,33 @@ def api_check(contract_path: Path, base_url: str, media: MediaPolicy | None = No
         recorded = load_contract(contract_path)
         live = record_contract(base_url, timeout_s)
     except (ConfigError, EngineError) as err:
-        return check("pilot.api", title, "unknown", " ".join(str(err).split()) + note,
-                     "Boot the engine (`appliance serve`) and pass --engine-url, with a recorded contract")  # fmt: skip
+        return check(
+            "pilot.api",
+            title,
+            "unknown",
+            " ".join(str(err).split()) + note,
+            "Boot the engine (`appliance serve`) and pass --engine-url, with a recorded contract",
+        )
     diff = diff_contract(recorded, live)
-    evidence: dict[str, Any] = {"contract": str(contract_path), "recorded_from": recorded.source, "engine": base_url,
-                "removed": list(diff.removed), "changed": list(diff.changed), "added": list(diff.added),
-                "media_hosts": list(media.allowed_hosts) if media else None}  # fmt: skip
+    evidence: dict[str, Any] = {
+        "contract": str(contract_path),
+        "recorded_from": recorded.source,
+        "engine": base_url,
+        "removed": list(diff.removed),
+        "changed": list(diff.changed),
+        "added": list(diff.added),
+        "media_hosts": list(media.allowed_hosts) if media else None,
+    }
     counts = f"{len(diff.removed)} removed, {len(diff.changed)} changed, {len(diff.added)} added{note}"
     if diff.breaking:
-        return check("pilot.api", title, "fail", f"clients would break: {counts}",
-                     "Review the diff with the platform team before the pilot review closes", **evidence)  # fmt: skip
+        return check(
+            "pilot.api",
+            title,
+            "fail",
+            f"clients would break: {counts}",
+            "Review the diff with the platform team before the pilot review closes",
+            **evidence,
+        )
     return check("pilot.api", title, "pass", f"the engine serves the client contract ({counts})", **evidence)
 
 

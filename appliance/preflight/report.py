@@ -140,7 +140,7 @@ def _health(report: PilotReport) -> str:
         f"{_reading(r.aiclk_mhz, 'MHz')}, heartbeat {_reading(r.heartbeat, '')}, trips "
         f"{'unknown' if r.therm_trips is None else r.therm_trips}"
         for r in report.host.readings
-    ]  # fmt: skip
+    ]
     return "; ".join(said) or "no board"
 
 

@@ -22,8 +22,10 @@ def verified(weights: WeightsPlan, *, full: bool) -> Lock:
     the file and what differs, and the command that mends it."""
     lock = recorded_lock(weights)
     if lock is None:
-        raise WeightsError(f"{weights.checkpoint}@{weights.revision}: no weights lock at {weights.lock_file}; run "
-                           "`appliance fetch` to fetch it and record one")  # fmt: skip
+        raise WeightsError(
+            f"{weights.checkpoint}@{weights.revision}: no weights lock at {weights.lock_file}; run "
+            "`appliance fetch` to fetch it and record one"
+        )
     verify(Path(weights.store), lock, full=full, jobs=weights.jobs)
     return lock
 

@@ -47,16 +47,24 @@ def scheduler_check(validated: ValidatedConfig) -> CheckResult:
         effects += tt_effects
         notes += tt_notes
     status: CheckStatus = "warn" if effects else "pass"
-    summary = f"{len(effects)} predicted effect(s) on workload={work.name}" if effects else (
-        f"workload={work.name} fits the {'phase-exclusive' if phased else 'mixed-batch'} scheduler"
-    )  # fmt: skip
+    summary = (
+        f"{len(effects)} predicted effect(s) on workload={work.name}"
+        if effects
+        else (f"workload={work.name} fits the {'phase-exclusive' if phased else 'mixed-batch'} scheduler")
+    )
     return check(
-        "pilot.scheduler", "Scheduler constraints", status, summary,
+        "pilot.scheduler",
+        "Scheduler constraints",
+        status,
+        summary,
         "Record the mix in the pilot plan and replay it with the load tester; reduce the shares above, "
         "or accept the predicted latency",
-        workload=work.name, batch=mix.batch_label, effects=effects, scheduler=notes,
+        workload=work.name,
+        batch=mix.batch_label,
+        effects=effects,
+        scheduler=notes,
         shares={"structured_output": mix.structured, "logprobs": mix.logprobs, "penalties": mix.penalties},
-    )  # fmt: skip
+    )
 
 
 def _mix(v: ValidatedConfig) -> _Mix:

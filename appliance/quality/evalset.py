@@ -33,8 +33,9 @@ class EvalImage:
 
     width: Annotated[int, Field(ge=1, le=4096)]
     height: Annotated[int, Field(ge=1, le=4096)]
-    colour: tuple[Annotated[int, Field(ge=0, le=255)], Annotated[int, Field(ge=0, le=255)],
-                  Annotated[int, Field(ge=0, le=255)]]  # fmt: skip
+    colour: tuple[
+        Annotated[int, Field(ge=0, le=255)], Annotated[int, Field(ge=0, le=255)], Annotated[int, Field(ge=0, le=255)]
+    ]
     """Red, green and blue, 0-255."""
 
 

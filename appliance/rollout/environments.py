@@ -43,8 +43,10 @@ def build_environment(engines_dir: Path, engine: str, build_dir: Path) -> Path:
     """The interpreter of the environment `build_dir`'s pins describe, built beside the others if it is not yet."""
     recipe = build_dir / engine
     if engine != "cpu":
-        raise LaunchError(f"engine={engine}: build its environment on the host with `appliance build`, then upgrade "
-                          "with engine.python=<that environment>/bin/python")  # fmt: skip
+        raise LaunchError(
+            f"engine={engine}: build its environment on the host with `appliance build`, then upgrade "
+            "with engine.python=<that environment>/bin/python"
+        )
     if not (recipe / "install.sh").is_file():
         raise LaunchError(f"{recipe} has no install.sh: --build-dir must hold a recipe like build/")
     target = environment_dir(engines_dir, engine, build_dir)

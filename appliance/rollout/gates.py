@@ -32,8 +32,17 @@ from appliance.plan import LaunchPlan
 from appliance.quality.evalset import DEFAULT_EVAL_SET, VISION_EVAL_SET, load_eval_set
 from appliance.quality.run import run_eval
 
-__all__ = ["SKIPPABLE", "EvalMode", "GateFile", "GateSettings", "eval_mode", "judge", "load_gate_file", "measure",
-           "parse_settings"]  # fmt: skip
+__all__ = [
+    "SKIPPABLE",
+    "EvalMode",
+    "GateFile",
+    "GateSettings",
+    "eval_mode",
+    "judge",
+    "load_gate_file",
+    "measure",
+    "parse_settings",
+]
 
 Skippable = Literal["capabilities", "eval", "workload"]
 SKIPPABLE: tuple[Skippable, ...] = ("capabilities", "eval", "workload")
@@ -102,13 +111,29 @@ def load_gate_file(path: Path) -> GateFile:
     found = load_data_file(path, _GATE_FILE, "gate-file", "gate file")
     unknown = sorted(set(found.baseline) - {k for keys in _NEEDS.values() for k in keys})
     if unknown:
-        raise ConfigError((Problem("gate-file", f"{path}:baseline.{unknown[0]}", "is not a gate's figure",
-                                   "Use accuracy, goodput and ttft_p95"),))  # fmt: skip
+        raise ConfigError(
+            (
+                Problem(
+                    code="gate-file",
+                    key=f"{path}:baseline.{unknown[0]}",
+                    message="is not a gate's figure",
+                    fix="Use accuracy, goodput and ttft_p95",
+                ),
+            )
+        )
     for gate, keys in _NEEDS.items():
         missing = [k for k in keys if k not in found.baseline]
         if missing and gate not in found.gates.skip:
-            raise ConfigError((Problem("gate-file", f"{path}:baseline", f"the {gate} gate needs {', '.join(missing)}",
-                                       f"Record it, or add {gate} to gates.skip"),))  # fmt: skip
+            raise ConfigError(
+                (
+                    Problem(
+                        code="gate-file",
+                        key=f"{path}:baseline",
+                        message=f"the {gate} gate needs {', '.join(missing)}",
+                        fix=f"Record it, or add {gate} to gates.skip",
+                    ),
+                )
+            )
     return found
 
 
@@ -122,7 +147,9 @@ def parse_settings(data: object, where: str) -> GateSettings:
         field = ".".join(str(p) for p in first["loc"])
         field = field.replace("_", "-") if where == "--" else field  # named as the command line's flag
         hint = "See `appliance upgrade --help` for each gate's range"
-        raise ConfigError((Problem("bad-gate", f"{where}{field}", first["msg"].lower(), hint),)) from None
+        raise ConfigError(
+            (Problem(code="bad-gate", key=f"{where}{field}", message=first["msg"].lower(), fix=hint),)
+        ) from None
 
 
 async def measure(plan: LaunchPlan, workload: WorkloadConfig, settings: GateSettings, mode: EvalMode) -> Figures:
@@ -149,21 +176,49 @@ def judge(baseline: Figures, now: Figures, settings: GateSettings, mode: EvalMod
     figure is the share of questions answered, and all must be."""
     results = []
     if "accuracy" in now and not mode.graded:
-        results.append(_at_least("eval", now["accuracy"], 1.0, f"answered {now['accuracy']:.0%} of the questions, "
-                                 "all required: serving path only, the model's weights are random"))  # fmt: skip
+        results.append(
+            _at_least(
+                "eval",
+                now["accuracy"],
+                1.0,
+                f"answered {now['accuracy']:.0%} of the questions, "
+                "all required: serving path only, the model's weights are random",
+            )
+        )
     elif "accuracy" in now:
         low = round(max(0.0, baseline["accuracy"] - settings.eval_tolerance), 9)  # 0.8 - 0.1 is 0.7, not 0.70...01
-        results.append(_at_least("eval", now["accuracy"], low, f"accuracy {now['accuracy']:.2f}, at least {low:.2f} "
-                                 f"(baseline {baseline['accuracy']:.2f} - {settings.eval_tolerance:.2f})"))  # fmt: skip
+        results.append(
+            _at_least(
+                "eval",
+                now["accuracy"],
+                low,
+                f"accuracy {now['accuracy']:.2f}, at least {low:.2f} "
+                f"(baseline {baseline['accuracy']:.2f} - {settings.eval_tolerance:.2f})",
+            )
+        )
     if "goodput" in now:
         low = baseline["goodput"] * (1 - settings.goodput_tolerance)
-        results.append(_at_least("goodput", now["goodput"], low, f"goodput {now['goodput']:.2f}/s, at least "
-                                 f"{low:.2f}/s (baseline {baseline['goodput']:.2f}/s x "
-                                 f"{1 - settings.goodput_tolerance:.2f})"))  # fmt: skip
+        results.append(
+            _at_least(
+                "goodput",
+                now["goodput"],
+                low,
+                f"goodput {now['goodput']:.2f}/s, at least "
+                f"{low:.2f}/s (baseline {baseline['goodput']:.2f}/s x "
+                f"{1 - settings.goodput_tolerance:.2f})",
+            )
+        )
         high = baseline["ttft_p95"] * (1 + settings.ttft_tolerance)
         passed = now["ttft_p95"] <= high
-        results.append(GateDocument("ttft_p95", passed, now["ttft_p95"], high, f"TTFT p95 {now['ttft_p95']:.0f} ms, "
-                                  f"at most {high:.0f} ms (baseline {baseline['ttft_p95']:.0f} ms)"))  # fmt: skip
+        results.append(
+            GateDocument(
+                "ttft_p95",
+                passed,
+                now["ttft_p95"],
+                high,
+                f"TTFT p95 {now['ttft_p95']:.0f} ms, at most {high:.0f} ms (baseline {baseline['ttft_p95']:.0f} ms)",
+            )
+        )
     return tuple(results)
 
 

@@ -91,4 +91,4 @@ def resume(found: Journal | None, base: tuple[str, ...], site_dir: str | None, f
 
 def _damaged(path: Path, message: str) -> ConfigError:
     fix = "Move it aside: serve then starts from its command line's generation"
-    return ConfigError((Problem("generation-journal", str(path), message, fix),))
+    return ConfigError((Problem(code="generation-journal", key=str(path), message=message, fix=fix),))

@@ -95,8 +95,9 @@ class Upgrader:
     def generations(self) -> tuple[GenerationDocument, GenerationDocument | None, UpgradeDocument | None]:
         return self._journal.current, self._journal.previous, self._journal.last
 
-    async def start(self, overrides: tuple[str, ...], against: str | None, gates: Mapping[str, object],
-                    check: bool) -> UpgradeDocument:  # fmt: skip
+    async def start(
+        self, overrides: tuple[str, ...], against: str | None, gates: Mapping[str, object], check: bool
+    ) -> UpgradeDocument:
         """Judge the new generation (its config, its model, the engine's own config code in its environment) and,
         unless `check`, start the upgrade; ConfigError before anything changes. The record's old and new are one
         generation when there is nothing to change."""
@@ -135,8 +136,11 @@ class Upgrader:
     async def _run(self, planned: Planned, settings: GateSettings) -> None:
         old, new = self._sup.plan, planned.plan
         try:
-            await self._step("out-of-rotation", asyncio.sleep(old.supervisor.deregister_s),
-                             f"/readyz 503; waited deregister_s {old.supervisor.deregister_s:g}s")  # fmt: skip
+            await self._step(
+                "out-of-rotation",
+                asyncio.sleep(old.supervisor.deregister_s),
+                f"/readyz 503; waited deregister_s {old.supervisor.deregister_s:g}s",
+            )
             await self._step("drain", self._drain(old), "no request in flight")
             mode = eval_mode(old, new, settings)
             baseline = await self._step("baseline", measure(old, planned.workload, settings, mode), "")
@@ -171,8 +175,16 @@ class Upgrader:
         self._holding = False
         self._update(outcome="passed")
 
-    async def _gates(self, new: LaunchPlan, workload: WorkloadConfig, settings: GateSettings,
-                     baseline: dict[str, float], mode: EvalMode, *, switch: bool = True) -> None:  # fmt: skip
+    async def _gates(
+        self,
+        new: LaunchPlan,
+        workload: WorkloadConfig,
+        settings: GateSettings,
+        baseline: dict[str, float],
+        mode: EvalMode,
+        *,
+        switch: bool = True,
+    ) -> None:
         budget = settings.ready_s or new.ready_timeout_s
         seconds = await self._step("switch" if switch else "boot", self._boot(new, budget, switch=switch), "")
         why = self._sup.snapshot().last_error or "still booting"
@@ -248,8 +260,11 @@ class Upgrader:
     def _commit(self) -> None:
         last = self._last()
         current = replace(last.new, since=time.time())
-        self._save(replace(self._journal, current=current, previous=last.old,
-                           last=replace(last, new=current, outcome="passed")))  # fmt: skip
+        self._save(
+            replace(
+                self._journal, current=current, previous=last.old, last=replace(last, new=current, outcome="passed")
+            )
+        )
         self._holding = False
         freed = prune_environments(self._sup.plan, {current.engine_python, last.old.engine_python})
         log.info("upgrade passed: generation %s -> %s%s", last.old.id, current.id, freed)
@@ -286,12 +301,18 @@ def _describe(result: object) -> str:
 
 def _same_place(current: LaunchPlan, new: LaunchPlan) -> None:
     """An upgrade changes what serves, not where: the balancer and the console keep their addresses."""
-    for key, was, now in (("serving.port", current.port, new.port), ("control.port", current.control.port,
-                          new.control.port), ("paths.state_dir", current.state_dir, new.state_dir)):  # fmt: skip
+    for key, was, now in (
+        ("serving.port", current.port, new.port),
+        ("control.port", current.control.port, new.control.port),
+        ("paths.state_dir", current.state_dir, new.state_dir),
+    ):
         if was != now:
-            raise _refused("upgrade-moves", f"{key} would change from {was} to {now}",
-                           "Upgrade in place only; serve the new address as a new appliance")  # fmt: skip
+            raise _refused(
+                "upgrade-moves",
+                f"{key} would change from {was} to {now}",
+                "Upgrade in place only; serve the new address as a new appliance",
+            )
 
 
 def _refused(code: str, message: str, fix: str) -> ConfigError:
-    return ConfigError((Problem(code, "upgrade", message, fix),))
+    return ConfigError((Problem(code=code, key="upgrade", message=message, fix=fix),))

@@ -51,8 +51,9 @@ class BootProgress:
 class BootClock:
     """Listens to one supervisor's lifecycle events and keeps the boot records file."""
 
-    def __init__(self, path: Path, key: str, *, tensor_cache: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self, path: Path, key: str, *, tensor_cache: str | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self._path = path
         self._key = key
         self._cache = tensor_cache

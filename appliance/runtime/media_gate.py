@@ -102,8 +102,9 @@ class MediaGate:
             return
         try:
             # The address checked, never the name again: a second resolution could answer otherwise.
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(address, target.port),
-                                                          _CONNECT_TIMEOUT_S)  # fmt: skip
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(address, target.port), _CONNECT_TIMEOUT_S
+            )
         except (OSError, TimeoutError) as why:  # the site's listed store did not answer: not the client's fault
             log.warning("media gate could not reach %s: %s", target.host, why)
             await _answer(writer, 502, b"the media host could not be reached\n")
@@ -170,8 +171,10 @@ async def _read_target(reader: asyncio.StreamReader) -> _Target:
 
 async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
     reason = {403: b"Forbidden", 502: b"Bad Gateway"}[status]
-    writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                 % (status, reason, len(body), body))  # fmt: skip
+    writer.write(
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (status, reason, len(body), body)
+    )
     await _closed(writer)
 
 

@@ -29,8 +29,7 @@ SpawnFn = Callable[[Sequence[str], Mapping[str, str], str, Placement | None], Aw
 _LINE_LIMIT = 1 << 20  # engine log lines can be long (full config dumps)
 
 
-def engine_environment(plan: LaunchPlan, base: Mapping[str, str], placement: Placement | None = None) -> dict[
-        str, str]:  # fmt: skip
+def engine_environment(plan: LaunchPlan, base: Mapping[str, str], placement: Placement | None = None) -> dict[str, str]:
     """The engine's environment: the appliance's, minus its control token, plus the plan's (a vision engine's
     fetches go through its media gate); the OpenMP threads bound to the cores the `placement` owns where the plan
     binds none."""

@@ -155,10 +155,18 @@ class EngineSupervisor:
         uptime = None if self._ready_since is None else self._clock() - self._ready_since
         quarantined = self._resets > 0 and self._state is _S.FAILED
         return SupervisorSnapshot(
-            self._state, self._pid, uptime, self._restarts, self._last_error, tuple(self._events),
-            self._fault, quarantined, self._boot.progress(), self._drain_cancelled,
+            self._state,
+            self._pid,
+            uptime,
+            self._restarts,
+            self._last_error,
+            tuple(self._events),
+            self._fault,
+            quarantined,
+            self._boot.progress(),
+            self._drain_cancelled,
             None if self._placement is None else self._placement.describe(),
-        )  # fmt: skip
+        )
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call `listener` with every lifecycle change from now on; returns the unsubscribe call."""
@@ -197,8 +205,12 @@ class EngineSupervisor:
         no core), said once for each place it takes."""
         placement = engine_placement(self.plan)
         if placement is not None and placement != self._placement:
-            log.log(logging.WARNING if placement.warning else logging.INFO, "%s host share: %s",
-                    self.name, placement.warning or placement.describe())  # fmt: skip
+            log.log(
+                logging.WARNING if placement.warning else logging.INFO,
+                "%s host share: %s",
+                self.name,
+                placement.warning or placement.describe(),
+            )
         self._placement = placement
         self._env = engine_environment(self.plan, self._environ, placement)
 
@@ -207,8 +219,11 @@ class EngineSupervisor:
         return self._placement
 
     def _boot_clock(self, plan: LaunchPlan) -> BootClock:
-        return BootClock(Path(plan.state_dir) / "boot-records.json", f"{plan.config_hash}@{socket.gethostname()}",
-                         tensor_cache=plan.tensor_cache)  # fmt: skip
+        return BootClock(
+            Path(plan.state_dir) / "boot-records.json",
+            f"{plan.config_hash}@{socket.gethostname()}",
+            tensor_cache=plan.tensor_cache,
+        )
 
     def _adopt_next_plan(self) -> None:
         plan, self._next_plan = self._next_plan, None
@@ -337,8 +352,9 @@ class EngineSupervisor:
         finally:
             faulted.cancel()
 
-    async def _watch_until(self, proc: asyncio.subprocess.Process, exited: asyncio.Task[int],
-                           faulted: asyncio.Future[Any]) -> str:  # fmt: skip
+    async def _watch_until(
+        self, proc: asyncio.subprocess.Process, exited: asyncio.Task[int], faulted: asyncio.Future[Any]
+    ) -> str:
         sup = self.plan.supervisor
         deadline = self._clock() + self.plan.ready_timeout_s
         last_ok = self._clock()
@@ -424,9 +440,13 @@ class EngineSupervisor:
             watch.cancel()
             self._drain_cancelled = 0 if self._drained.is_set() else in_flight.last
             if self._drain_cancelled:
-                log.warning("%s: the drain deadline (%.0fs) cancelled %d requests still in flight; size "
-                            "supervisor.shutdown_timeout_s to them (docs: Reliability, Sizing the drain deadline)",
-                            self.name, sup.shutdown_timeout_s, self._drain_cancelled)  # fmt: skip
+                log.warning(
+                    "%s: the drain deadline (%.0fs) cancelled %d requests still in flight; size "
+                    "supervisor.shutdown_timeout_s to them (docs: Reliability, Sizing the drain deadline)",
+                    self.name,
+                    sup.shutdown_timeout_s,
+                    self._drain_cancelled,
+                )
             await asyncio.wait({exited}, timeout=sup.stop_grace_s)
             exited.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -115,7 +115,14 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
         known = slot_options(site_dir)
         near = did_you_mean(name, known, "`slots={}`")
         raise ConfigError(
-            (Problem("unknown-option", "slots", f"no slots file {name!r}", f"{near}Choose one of: {', '.join(known)}"),)
+            (
+                Problem(
+                    code="unknown-option",
+                    key="slots",
+                    message=f"no slots file {name!r}",
+                    fix=f"{near}Choose one of: {', '.join(known)}",
+                ),
+            )
         )
     import yaml  # here, as pydantic: every `validate` imports this module for `slots_choice` alone
     from pydantic import ValidationError
@@ -125,16 +132,20 @@ def load_slots(name: str, site_dir: Path | None = None) -> SlotsFile:
         parsed = _slots_adapter().validate_python(raw)
     except yaml.YAMLError as error:
         raise ConfigError(
-            (Problem("yaml-error", str(path), " ".join(str(error).split()), "Fix the YAML syntax"),)
+            (
+                Problem(
+                    code="yaml-error", key=str(path), message=" ".join(str(error).split()), fix="Fix the YAML syntax"
+                ),
+            )
         ) from None
     except ValidationError as error:
         raise ConfigError(tuple(_file_problem(path, e) for e in error.errors())) from None
     bad = [
         Problem(
-            "bad-value",
-            f"slots.{s}",
-            f"{path}: slot name {s!r} is not a lowercase DNS label",
-            "Use lowercase letters, digits and -",
+            code="bad-value",
+            key=f"slots.{s}",
+            message=f"{path}: slot name {s!r} is not a lowercase DNS label",
+            fix="Use lowercase letters, digits and -",
         )
         for s in parsed.slots
         if not re.match(_SLOT_NAME, s)
@@ -164,10 +175,10 @@ def split_overrides(
         elif m["slot"] not in per_slot:
             problems.append(
                 Problem(
-                    "unknown-key",
-                    f"slots.{m['slot']}",
-                    f"{override!r}: {slots.name} has no slot {m['slot']!r}",
-                    f"{did_you_mean(m['slot'], slots.slots, '`slots.{}`')}Address one of: {', '.join(slots.slots)}",
+                    code="unknown-key",
+                    key=f"slots.{m['slot']}",
+                    message=f"{override!r}: {slots.name} has no slot {m['slot']!r}",
+                    fix=f"{did_you_mean(m['slot'], slots.slots, '`slots.{}`')}Address one of: {', '.join(slots.slots)}",
                 )
             )
         elif (key := m["rest"].partition("=")[0]) in ("devices", "cores"):
@@ -177,10 +188,10 @@ def split_overrides(
             except (ValidationError, yaml.YAMLError):
                 problems.append(
                     Problem(
-                        "bad-value",
-                        f"slots.{m['slot']}.{key}",
-                        f"{override!r} is not a list of indices" + (" or `any`" if key == "devices" else ""),
-                        f"Write {key}=[0,1]",
+                        code="bad-value",
+                        key=f"slots.{m['slot']}.{key}",
+                        message=f"{override!r} is not a list of indices" + (" or `any`" if key == "devices" else ""),
+                        fix=f"Write {key}=[0,1]",
                     )
                 )
         else:
@@ -220,10 +231,10 @@ def compose_slot(
         raise ConfigError(
             (
                 Problem(
-                    "mesh-auto-slot",
-                    "mesh",
-                    "mesh=auto picks the whole host, not a slot's part of it",
-                    f"Set choices.mesh for the slot in {slots.source}",
+                    code="mesh-auto-slot",
+                    key="mesh",
+                    message="mesh=auto picks the whole host, not a slot's part of it",
+                    fix=f"Set choices.mesh for the slot in {slots.source}",
                 ),
             )
         )
@@ -278,5 +289,9 @@ def _file_problem(path: Path, error: Any) -> Problem:
         parts, line = key.split("."), yaml_line(path, key)
         near = did_you_mean(parts[-1], [f.name for f in fields(SlotSpec if len(parts) > 1 else SlotsFile)])
         where = str(path) if line is None else f"{path}:{line}"
-        return Problem("unknown-key", key, f"{where}: `{key}` is not a slots file key", f"{near}{shape}")
-    return Problem("bad-config", key or "slots", f"{path}: {error['msg']} (got {error.get('input')!r})", shape)
+        return Problem(
+            code="unknown-key", key=key, message=f"{where}: `{key}` is not a slots file key", fix=f"{near}{shape}"
+        )
+    return Problem(
+        code="bad-config", key=key or "slots", message=f"{path}: {error['msg']} (got {error.get('input')!r})", fix=shape
+    )

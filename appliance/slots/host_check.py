@@ -100,10 +100,11 @@ def assign_cores(
     if rest and len(free) < len(rest):
         problems.append(
             Problem(
-                "slot-no-free-cores",
-                f"slots.{rest[0]}.cores",
-                f"slots {', '.join(rest)} need a core each; {len(free)} of the host's {len(cpus)} are unclaimed",
-                "Give each slot its cores",
+                code="slot-no-free-cores",
+                key=f"slots.{rest[0]}.cores",
+                message=f"slots {', '.join(rest)} need a core each; "
+                f"{len(free)} of the host's {len(cpus)} are unclaimed",
+                fix="Give each slot its cores",
             )
         )
     elif rest:
@@ -119,10 +120,10 @@ def port_problems(validated: Mapping[str, ValidatedConfig]) -> list[Problem]:
         if va.config.serving.port == vb.config.serving.port:
             problems.append(
                 Problem(
-                    "slot-port-collision",
-                    f"slots.{b}.serving.port",
-                    f"slots {a} and {b} both serve on port {va.config.serving.port}",
-                    f"Set slots.{b}.serving.port to a free port",
+                    code="slot-port-collision",
+                    key=f"slots.{b}.serving.port",
+                    message=f"slots {a} and {b} both serve on port {va.config.serving.port}",
+                    fix=f"Set slots.{b}.serving.port to a free port",
                 )
             )
     for name, v in validated.items():
@@ -151,11 +152,11 @@ def control_problems(validated: Mapping[str, ValidatedConfig]) -> list[Problem]:
             if mine != theirs:
                 problems.append(
                     Problem(
-                        "slot-control-differs",
-                        f"slots.{name}.{key}",
-                        f"slots {first[0]} and {name} differ in {key} ({theirs} vs {mine}); "
+                        code="slot-control-differs",
+                        key=f"slots.{name}.{key}",
+                        message=f"slots {first[0]} and {name} differ in {key} ({theirs} vs {mine}); "
                         "one control API serves every slot",
-                        f"Set {key} once, not per slot",
+                        fix=f"Set {key} once, not per slot",
                     )
                 )
     return problems
@@ -212,10 +213,10 @@ def _declared(name: str, devices: tuple[int, ...], mesh: MeshConfig, total: int,
 def _overlaps(owned: Mapping[str, tuple[int, ...]], what: str) -> list[Problem]:
     return [
         Problem(
-            f"slot-{what}-overlap",
-            f"slots.{b}.{what}s",
-            f"slots {a} and {b} both claim {what}(s) {sorted(shared)}",
-            f"Give each slot its own {what}s",
+            code=f"slot-{what}-overlap",
+            key=f"slots.{b}.{what}s",
+            message=f"slots {a} and {b} both claim {what}(s) {sorted(shared)}",
+            fix=f"Give each slot its own {what}s",
         )
         for (a, da), (b, db) in combinations(owned.items(), 2)
         if (shared := set(da) & set(db))
@@ -223,7 +224,7 @@ def _overlaps(owned: Mapping[str, tuple[int, ...]], what: str) -> list[Problem]:
 
 
 def _slot(name: str, key: str, code: str, message: str, fix: str) -> Problem:
-    return Problem(code, f"slots.{name}.{key}", f"slot {name}: {message}", fix)
+    return Problem(code=code, key=f"slots.{name}.{key}", message=f"slot {name}: {message}", fix=fix)
 
 
 def _ranges(cpus: Sequence[int]) -> str:

@@ -84,10 +84,10 @@ def plan_host(
             (
                 *problems,
                 Problem(
-                    "unknown-option",
-                    "host",
-                    f"{slots.source}: host {slots.host!r} is not a mesh option",
-                    "Name the whole host's mesh (t3k, galaxy, cpu)",
+                    code="unknown-option",
+                    key="host",
+                    message=f"{slots.source}: host {slots.host!r} is not a mesh option",
+                    fix="Name the whole host's mesh (t3k, galaxy, cpu)",
                 ),
             )
         )
@@ -126,11 +126,11 @@ def fit_problems(host_plan: HostPlan, host: HostFacts) -> list[Problem]:
         )
         problems.append(
             Problem(
-                "slots-memory",
-                "slots",
-                f"{host_plan.name}: the slots need {total / GIB:.1f} GiB of "
+                code="slots-memory",
+                key="slots",
+                message=f"{host_plan.name}: the slots need {total / GIB:.1f} GiB of "
                 f"host memory ({parts}); {available / GIB:.1f} GiB is available",
-                "Lower engine.env.VLLM_CPU_KVCACHE_SPACE per slot or serve fewer slots",
+                fix="Lower engine.env.VLLM_CPU_KVCACHE_SPACE per slot or serve fewer slots",
             )
         )
     pages = sum(len(s.devices) for s in host_plan.slots)
@@ -138,10 +138,10 @@ def fit_problems(host_plan: HostPlan, host: HostFacts) -> list[Problem]:
         free = 0 if host.hugepages_1g is None else host.hugepages_1g.free
         problems.append(
             Problem(
-                "slots-hugepages",
-                "slots",
-                f"{host_plan.name}: the slots open {pages} device(s), one 1 GiB hugepage each; {free} are free",
-                "Reserve more 1 GiB hugepages",
+                code="slots-hugepages",
+                key="slots",
+                message=f"{host_plan.name}: the slots open {pages} device(s), one 1 GiB hugepage each; {free} are free",
+                fix="Reserve more 1 GiB hugepages",
             )
         )
     return problems
@@ -158,11 +158,11 @@ def _disk_problems(host_plan: HostPlan) -> list[Problem]:
         return []
     return [
         Problem(
-            "slots-disk",
-            "slots",
-            f"{host_plan.name}: the slots' caches need {total / GIB:.1f} GiB under "
+            code="slots-disk",
+            key="slots",
+            message=f"{host_plan.name}: the slots' caches need {total / GIB:.1f} GiB under "
             f"{where}; {free / GIB:.1f} GiB is free",
-            "Free space or set paths.cache_dir elsewhere",
+            fix="Free space or set paths.cache_dir elsewhere",
         )
     ]
 

@@ -62,8 +62,14 @@ async def run_slots(plan: HostPlan, token: str, control: socket.socket, *, on_re
         if s.devices and s.plan.engine == "tt"
     }  # each slot watches its own devices: a fault on one slot's board stops only that slot's engine
     app = create_slots_app(plan.name, sups, token, boards={name: m.view for name, m in monitors.items()})
-    config = uvicorn.Config(app, host=plan.control.host, port=plan.control.port, log_level="warning", lifespan="off",
-                            **uvicorn_tls(plan.control.tls))  # fmt: skip
+    config = uvicorn.Config(
+        app,
+        host=plan.control.host,
+        port=plan.control.port,
+        log_level="warning",
+        lifespan="off",
+        **uvicorn_tls(plan.control.tls),
+    )
     server = EmbeddedServer(config)
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()

@@ -86,7 +86,7 @@ def with_retries(policy: RetryPolicy, call: Callable[[], T], stop: threading.Eve
         before_sleep=_log_retry,
         sleep=sleep,
         reraise=True,
-    )  # fmt: skip
+    )
     try:
         return retrying(call)
     except TransientError as error:
@@ -150,16 +150,19 @@ def _attempt(job: FileJob, file: RemoteFile, final: Path, received: _Received) -
     digest = hasher.hexdigest()
     if file.sha256 is not None and digest != file.sha256:
         part.unlink()
-        raise WeightsError(f"{file.path}: sha256 {digest[:12]}… differs from {job.reference} ({file.sha256[:12]}…): "
-                           f"{job.source.url(job.checkpoint, job.revision, file.path)} serves other bytes under "
-                           f"this revision; the file was not kept")  # fmt: skip
+        raise WeightsError(
+            f"{file.path}: sha256 {digest[:12]}… differs from {job.reference} ({file.sha256[:12]}…): "
+            f"{job.source.url(job.checkpoint, job.revision, file.path)} serves other bytes under "
+            f"this revision; the file was not kept"
+        )
     os.replace(part, final)
     job.progress.finished(file.path, file.size, received.count - before, time.monotonic() - started)
     return digest
 
 
-def _receive(job: FileJob, file: RemoteFile, part: Path, hasher: hashlib._Hash, offset: int,
-             received: _Received) -> tuple[hashlib._Hash, int]:  # fmt: skip
+def _receive(
+    job: FileJob, file: RemoteFile, part: Path, hasher: hashlib._Hash, offset: int, received: _Received
+) -> tuple[hashlib._Hash, int]:
     """Append the source's bytes from `offset` to the `.part` (all of them, from 0, where it cannot resume)."""
     with job.source.open(job.checkpoint, job.revision, file.path, offset) as body:
         if body.offset != offset:
@@ -174,8 +177,9 @@ def _receive(job: FileJob, file: RemoteFile, part: Path, hasher: hashlib._Hash, 
                 offset += len(chunk)
                 if offset > file.size:
                     part.unlink()
-                    raise WeightsError(f"{file.path}: the source sent more than the {file.size} bytes "
-                                       f"{job.reference} gives")  # fmt: skip
+                    raise WeightsError(
+                        f"{file.path}: the source sent more than the {file.size} bytes {job.reference} gives"
+                    )
                 if kept is not None:
                     kept.result()
                 kept = keeper.submit(_keep, out, chunk, part, hasher)

@@ -56,9 +56,18 @@ class FetchResult:
     """The entry was already complete: fetched before, or by a fetch this one waited for."""
 
 
-def fetch(source: Source, checkpoint: str, revision: str, store: Path, lock: Lock | None, *, jobs: int = 4,
-          progress: FetchProgress | None = None, disk_reserve_bytes: int = 0,
-          retry: RetryPolicy = _RETRY) -> FetchResult:  # fmt: skip
+def fetch(
+    source: Source,
+    checkpoint: str,
+    revision: str,
+    store: Path,
+    lock: Lock | None,
+    *,
+    jobs: int = 4,
+    progress: FetchProgress | None = None,
+    disk_reserve_bytes: int = 0,
+    retry: RetryPolicy = _RETRY,
+) -> FetchResult:
     """Bring `checkpoint@revision` into `store`, every file matching `lock` (or, without one, the listing).
 
     `disk_reserve_bytes`: space that must stay free beyond the files (the caller's tensor-cache estimate).
@@ -79,13 +88,30 @@ def fetch(source: Source, checkpoint: str, revision: str, store: Path, lock: Loc
         files = _wanted(source, checkpoint, revision, lock, retry)
         staging.mkdir(parents=True, exist_ok=True)
         _tidy(staging, files)
-        _check_space(store, sum(f.size - _staged_bytes(staging, f) for f in files), disk_reserve_bytes,
-                     f"{checkpoint}@{revision}")  # fmt: skip
-        job = FileJob(source, checkpoint, revision, staging, "the listing" if lock is None else "the lock",
-                      progress or QuietProgress(), retry, threading.Event())  # fmt: skip
+        _check_space(
+            store,
+            sum(f.size - _staged_bytes(staging, f) for f in files),
+            disk_reserve_bytes,
+            f"{checkpoint}@{revision}",
+        )
+        job = FileJob(
+            source,
+            checkpoint,
+            revision,
+            staging,
+            "the listing" if lock is None else "the lock",
+            progress or QuietProgress(),
+            retry,
+            threading.Event(),
+        )
         digests, received = _download_all(job, files, jobs)
-        made = lock or Lock(checkpoint, revision, datetime.now(UTC), source.location,
-                            tuple(LockedFile(f.path, f.size, digests[f.path]) for f in files))  # fmt: skip
+        made = lock or Lock(
+            checkpoint,
+            revision,
+            datetime.now(UTC),
+            source.location,
+            tuple(LockedFile(f.path, f.size, digests[f.path]) for f in files),
+        )
         _settle(staging, files)
         entry.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staging, entry)
@@ -110,8 +136,9 @@ def _held(lock_file: Path, name: str) -> Iterator[None]:
         file_lock.release()
 
 
-def _present(source: Source, store: Path, checkpoint: str, revision: str, lock: Lock | None,
-             jobs: int) -> FetchResult | None:  # fmt: skip
+def _present(
+    source: Source, store: Path, checkpoint: str, revision: str, lock: Lock | None, jobs: int
+) -> FetchResult | None:
     """The result for an entry already in the store, or None where it fails its quick check.
 
     Without a lock, its files are hashed where they lie into one (trust on first use, as a first fetch does)."""
@@ -131,8 +158,7 @@ def _present(source: Source, store: Path, checkpoint: str, revision: str, lock: 
     return FetchResult(lock, entry, 0, joined=True)
 
 
-def _wanted(source: Source, checkpoint: str, revision: str, lock: Lock | None,
-            retry: RetryPolicy) -> list[RemoteFile]:  # fmt: skip
+def _wanted(source: Source, checkpoint: str, revision: str, lock: Lock | None, retry: RetryPolicy) -> list[RemoteFile]:
     """The files to fetch: the lock's, else the source's listing, every path checked before any file request."""
     if lock is not None:
         return [RemoteFile(f.path, f.size, f.sha256) for f in lock.files]
@@ -160,9 +186,11 @@ def _check_space(store: Path, missing: int, reserve: int, name: str) -> None:
     """Refuse, before any file request, a fetch the store's filesystem has no room for."""
     free = shutil.disk_usage(store).free
     if missing + reserve > free:
-        raise WeightsError(f"{name}: not enough disk space in {store}: {decimal(missing)} to download and "
-                           f"{decimal(reserve)} to keep free, {decimal(free)} free; prune old revisions or "
-                           "free space, then fetch again")  # fmt: skip
+        raise WeightsError(
+            f"{name}: not enough disk space in {store}: {decimal(missing)} to download and "
+            f"{decimal(reserve)} to keep free, {decimal(free)} free; prune old revisions or "
+            "free space, then fetch again"
+        )
 
 
 def _staged_bytes(staging: Path, file: RemoteFile) -> int:

@@ -70,8 +70,13 @@ class FetchDisplay:
         if not self._console.is_terminal:
             yield
             return
-        columns = (TextColumn("{task.description:<32.32}", markup=False), BarColumn(bar_width=20), DownloadColumn(),
-                   TransferSpeedColumn(), TimeRemainingColumn())  # fmt: skip
+        columns = (
+            TextColumn("{task.description:<32.32}", markup=False),
+            BarColumn(bar_width=20),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        )
         with Progress(*columns, console=self._console, refresh_per_second=8) as self._progress:
             self._total = self._progress.add_task("all files", total=total, completed=done)
             yield

@@ -114,8 +114,9 @@ _TREE: TypeAdapter[list[_TreeEntry]] = TypeAdapter(list[_TreeEntry])
 class HttpSource:
     """The hub, or a mirror in its layout; `read_timeout_s` bounds a stall (no byte for that long)."""
 
-    def __init__(self, base: str, *, token: Token | None = None, read_timeout_s: float = 30.0,
-                 connect_timeout_s: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self, base: str, *, token: Token | None = None, read_timeout_s: float = 30.0, connect_timeout_s: float = 10.0
+    ) -> None:
         self._base = base.rstrip("/")
         self._token = token or Token()
         self._timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
@@ -138,8 +139,11 @@ class HttpSource:
                 _check_status(what, page, response.status_code)
                 entries += _tree(what, page, response.content)
                 page = self._next_page(what, page, response)
-        return [RemoteFile(e.path, e.lfs.size if e.lfs else e.size, e.lfs.oid if e.lfs else None)
-                for e in entries if e.type == "file"]  # fmt: skip
+        return [
+            RemoteFile(e.path, e.lfs.size if e.lfs else e.size, e.lfs.oid if e.lfs else None)
+            for e in entries
+            if e.type == "file"
+        ]
 
     @contextmanager
     def open(self, checkpoint: str, revision: str, path: str, offset: int) -> Iterator[Body]:
@@ -153,8 +157,15 @@ class HttpSource:
         # (the hub answers a file with one to its CDN) and urllib3 drops the token when the host changes.
         with urllib3.PoolManager() as pool:  # closed with the file: no socket outlives its fetch
             try:
-                response = pool.request("GET", url, headers=headers, preload_content=False, decode_content=False,
-                                        timeout=self._file_timeout, retries=_REDIRECTS)  # fmt: skip
+                response = pool.request(
+                    "GET",
+                    url,
+                    headers=headers,
+                    preload_content=False,
+                    decode_content=False,
+                    timeout=self._file_timeout,
+                    retries=_REDIRECTS,
+                )
             except urllib3.exceptions.HTTPError as error:
                 raise _transport(path, url, error) from None
             try:

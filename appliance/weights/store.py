@@ -80,7 +80,7 @@ def list_store(store: Path, locks_dir: Path) -> StoreListing:
     leftovers = tuple(
         Leftover(folder.name, folder, _size(folder), _running(fetch_lock_named(store, folder.name)))
         for folder in _staging_folders(store)
-    )  # fmt: skip
+    )
     return StoreListing(tuple(revisions), leftovers)
 
 
@@ -101,11 +101,17 @@ def prune(store: Path, keep: Collection[tuple[str, str]]) -> PruneResult:
     in, except a kept revision's that is not in the store yet: that is an interrupted fetch to resume."""
     resumable = {staging_name(c, r) for c, r in keep if not entry_dir(store, c, r).is_dir()}
     targets: list[tuple[Path, Path, Path | None]] = [
-        *((entry_dir(store, c, r), fetch_lock_file(store, c, r), stamp_file(store, c, r))
-          for c, r in _entries(store) if (c, r) not in keep),
-        *((folder, fetch_lock_named(store, folder.name), None)
-          for folder in _staging_folders(store) if folder.name not in resumable),
-    ]  # fmt: skip
+        *(
+            (entry_dir(store, c, r), fetch_lock_file(store, c, r), stamp_file(store, c, r))
+            for c, r in _entries(store)
+            if (c, r) not in keep
+        ),
+        *(
+            (folder, fetch_lock_named(store, folder.name), None)
+            for folder in _staging_folders(store)
+            if folder.name not in resumable
+        ),
+    ]
     removed: list[Path] = []
     busy: list[Path] = []
     freed = 0

@@ -85,8 +85,10 @@ def _rehash(store: Path, lock: Lock, jobs: int) -> None:
     digests = sha256_files([entry / f.path for f in lock.files], jobs)
     for file, digest in zip(lock.files, digests, strict=True):
         if digest != file.sha256:
-            raise WeightsError(f"{lock.checkpoint}@{lock.revision}: {file.path}: sha256 {digest[:12]}… differs from "
-                               f"the lock ({file.sha256[:12]}…); {_REFETCH}")  # fmt: skip
+            raise WeightsError(
+                f"{lock.checkpoint}@{lock.revision}: {file.path}: sha256 {digest[:12]}… differs from "
+                f"the lock ({file.sha256[:12]}…); {_REFETCH}"
+            )
     write_stamp(store, lock)
 
 

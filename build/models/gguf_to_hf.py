@@ -175,10 +175,16 @@ def tokenizer_config(meta: Metadata) -> dict[str, Any]:
     tokens = meta.get("tokenizer.ggml.tokens")
     specials = special_tokens(meta)
     decoder = {
-        str(tokens.index(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                               "single_word": False, "special": True}
+        str(tokens.index(t)): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for t in specials
-    }  # fmt: skip
+    }
     return {
         "added_tokens_decoder": decoder,
         "bos_token": tokens[meta.get("tokenizer.ggml.bos_token_id")],

@@ -31,31 +31,58 @@ PAD, EOS = "<|endoftext|>", "<|im_end|>"
 def model_config(tok: Tokenizer) -> Qwen2_5_VLConfig:
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     text = {
-        "vocab_size": tok.get_vocab_size(with_added_tokens=True), "hidden_size": 128, "intermediate_size": 256,
-        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "max_position_embeddings": MAX_POSITIONS, "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False, "bos_token_id": ids[PAD], "eos_token_id": ids[EOS], "pad_token_id": ids[PAD],
-    }  # fmt: skip
+        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": MAX_POSITIONS,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "bos_token_id": ids[PAD],
+        "eos_token_id": ids[EOS],
+        "pad_token_id": ids[PAD],
+    }
     vision = {
-        "depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2, "out_hidden_size": 128,
-        "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-        "fullatt_block_indexes": [1], "in_channels": 3,
-    }  # fmt: skip
+        "depth": 2,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_heads": 2,
+        "out_hidden_size": 128,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 112,
+        "fullatt_block_indexes": [1],
+        "in_channels": 3,
+    }
     return Qwen2_5_VLConfig(
-        text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], bos_token_id=ids[PAD], eos_token_id=ids[EOS],
-        tie_word_embeddings=False, torch_dtype=DTYPE, architectures=["Qwen2_5_VLForConditionalGeneration"],
-    )  # fmt: skip
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids[PAD],
+        eos_token_id=ids[EOS],
+        tie_word_embeddings=False,
+        torch_dtype=DTYPE,
+        architectures=["Qwen2_5_VLForConditionalGeneration"],
+    )
 
 
 def tokenizer_config() -> dict[str, Any]:
     return {
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "pad_token": PAD,
-        "model_max_length": MAX_POSITIONS, "clean_up_tokenization_spaces": False,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": EOS,
+        "pad_token": PAD,
+        "model_max_length": MAX_POSITIONS,
+        "clean_up_tokenization_spaces": False,
         "chat_template": RECORD["chat_template"],
-    }  # fmt: skip
+    }
 
 
 def write_checkpoint(directory: Path) -> None:
@@ -68,8 +95,10 @@ def write_checkpoint(directory: Path) -> None:
     config = model_config(tok)
     write_json(directory / "config.json", config.to_dict())
     ids = config.text_config
-    write_json(directory / "generation_config.json",
-               {"bos_token_id": ids.bos_token_id, "eos_token_id": ids.eos_token_id, "do_sample": False})  # fmt: skip
+    write_json(
+        directory / "generation_config.json",
+        {"bos_token_id": ids.bos_token_id, "eos_token_id": ids.eos_token_id, "do_sample": False},
+    )
     model = Qwen2_5_VLForConditionalGeneration(config).to(getattr(torch, DTYPE))
     weights = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
     save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})

@@ -30,24 +30,38 @@ BLOCK, SEATS, BLOCKS = 16, 4, 1000
 # (arrival step, prompt tokens, output tokens): two long decodes, prompts arriving while they
 # run, then more prompts than free seats, so admission has to wait for a decode to finish.
 ARRIVALS = [(0, 40, 30), (0, 50, 30), (3, 300, 5), (6, 200, 5), (6, 120, 5), (12, 60, 8), (12, 60, 8), (12, 60, 8)]
-CLASSES = {"phased": PhasedScheduler, "phased-async": AsyncPhasedScheduler, "upstream": Scheduler,
-           "upstream-async": AsyncScheduler}  # fmt: skip
+CLASSES = {
+    "phased": PhasedScheduler,
+    "phased-async": AsyncPhasedScheduler,
+    "upstream": Scheduler,
+    "upstream-async": AsyncScheduler,
+}
 
 
 def make_scheduler(model: str, cls: type[Scheduler]) -> Scheduler:
     phased = issubclass(cls, (PhasedScheduler, AsyncPhasedScheduler))
     # The upstream control gets a small chunk budget, so its long prompts are split across steps.
-    sched = SchedulerConfig(max_num_seqs=SEATS, max_num_batched_tokens=2048 if phased else 128, max_model_len=2048,
-                            enable_chunked_prefill=not phased, is_encoder_decoder=False,
-                            async_scheduling=issubclass(cls, AsyncScheduler))  # fmt: skip
+    sched = SchedulerConfig(
+        max_num_seqs=SEATS,
+        max_num_batched_tokens=2048 if phased else 128,
+        max_model_len=2048,
+        enable_chunked_prefill=not phased,
+        is_encoder_decoder=False,
+        async_scheduling=issubclass(cls, AsyncScheduler),
+    )
     cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=False)
     cache.num_gpu_blocks = BLOCKS
     model_config = ModelConfig(model=model, max_model_len=2048)
     config = VllmConfig(scheduler_config=sched, model_config=model_config, cache_config=cache)
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
-    return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
-               block_size=BLOCK, log_stats=False)  # fmt: skip
+    return cls(
+        vllm_config=config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=BLOCK,
+        log_stats=False,
+    )
 
 
 def step_once(sched: Scheduler, produced: dict[str, int]) -> dict[str, object]:

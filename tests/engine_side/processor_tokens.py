@@ -19,8 +19,13 @@ from transformers import AutoProcessor
 
 
 def images_of(messages: list[dict[str, Any]]) -> list[Image.Image]:
-    urls = [part["image_url"]["url"] for m in messages if isinstance(m["content"], list) for part in m["content"]
-            if part["type"] == "image_url"]  # fmt: skip
+    urls = [
+        part["image_url"]["url"]
+        for m in messages
+        if isinstance(m["content"], list)
+        for part in m["content"]
+        if part["type"] == "image_url"
+    ]
     return [Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2]))).convert("RGB") for url in urls]
 
 

@@ -65,8 +65,18 @@ class FleetScreen(Screen[None]):
 def _row(view: ApplianceView) -> tuple[str | Text, ...]:
     state, summary = view.polled.state, view.summary
     if state is None:
-        return (view.name, Text("unreachable", STATE_STYLE["unreachable"]), "", "", "", "", "", "", "",
-                Text(view.polled.error or "", "red"))  # fmt: skip
+        return (
+            view.name,
+            Text("unreachable", STATE_STYLE["unreachable"]),
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            Text(view.polled.error or "", "red"),
+        )
     load = "no metrics"
     if summary is not None:
         limit = state.max_concurrency if state.max_concurrency is not None else "?"
@@ -75,8 +85,18 @@ def _row(view: ApplianceView) -> tuple[str | Text, ...]:
     kv = percent(summary.kv_usage) if summary is not None else "n/a"
     alerts = Text(" · ".join(view.alerts), "yellow") if view.alerts else Text("ok", "green")
     board = worst_board(state.boards.worst() if state.boards is not None else None)
-    return (view.name, Text(state.state, STATE_STYLE.get(state.state, "")), state.checkpoint, state.mesh,
-            _generation(state), load, ttft, kv, board, alerts)  # fmt: skip
+    return (
+        view.name,
+        Text(state.state, STATE_STYLE.get(state.state, "")),
+        state.checkpoint,
+        state.mesh,
+        _generation(state),
+        load,
+        ttft,
+        kv,
+        board,
+        alerts,
+    )
 
 
 def _generation(state: StateDocument) -> str | Text:

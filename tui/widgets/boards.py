@@ -14,8 +14,14 @@ from tui.widgets.trend import draw_trend
 
 __all__ = ["BOARD_STYLE", "BoardsPanel", "worst_board"]
 
-BOARD_STYLE = {"ok": "green", "hot": "yellow", "stalled": "bold red", "tripped": "bold red", "gone": "bold red",
-               "unknown": "dim"}  # fmt: skip
+BOARD_STYLE = {
+    "ok": "green",
+    "hot": "yellow",
+    "stalled": "bold red",
+    "tripped": "bold red",
+    "gone": "bold red",
+    "unknown": "dim",
+}
 _TREND = 24
 
 

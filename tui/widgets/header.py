@@ -35,16 +35,26 @@ def _render(view: ApplianceView | None) -> Text:
         return text
     text.append(f"● {state.state.upper()}", STATE_STYLE.get(state.state, ""))
     for label, value in (
-        ("site", state.site), ("family", state.family), ("checkpoint", state.checkpoint), ("mesh", state.mesh),
-        ("engine", state.engine), ("up", duration(state.uptime_s)), ("restarts", str(state.restarts)),
+        ("site", state.site),
+        ("family", state.family),
+        ("checkpoint", state.checkpoint),
+        ("mesh", state.mesh),
+        ("engine", state.engine),
+        ("up", duration(state.uptime_s)),
+        ("restarts", str(state.restarts)),
         ("config", state.config_hash),
-    ):  # fmt: skip
+    ):
         text.append(f"  {label} ", "dim")
         text.append(value)
     if state.boot is not None:
         boot = state.boot
-        known = ("building the tensor cache, no ETA" if boot.tensor_cache_built is False
-                 else "first boot here, no ETA" if boot.eta_s is None else f"ETA {duration(boot.eta_s)}")  # fmt: skip
+        known = (
+            "building the tensor cache, no ETA"
+            if boot.tensor_cache_built is False
+            else "first boot here, no ETA"
+            if boot.eta_s is None
+            else f"ETA {duration(boot.eta_s)}"
+        )
         text.append(f"\nbooting: {boot.phase} {duration(boot.elapsed_s)} ({known})", "red" if boot.slow else "cyan")
     upgrade = generation_lines(state.generation, state.previous_generation, state.upgrade)[1:]
     if upgrade:
