@@ -163,8 +163,8 @@ docs: setup
 	$(BIN)/python -m docsgen
 
 lint: setup
-	$(BIN)/ruff check appliance tui tests bench build engine_plugins docsgen
-	$(BIN)/ruff format --check appliance tui tests bench build engine_plugins docsgen
+	$(BIN)/ruff check appliance tui tests testkit bench build engine_plugins docsgen
+	$(BIN)/ruff format --check appliance tui tests testkit bench build engine_plugins docsgen
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -35,7 +35,7 @@ import httpx
 import psutil
 
 from appliance.control.client import ApiError, SyncControlClient, Target
-from tests.helpers import free_ports
+from testkit.helpers import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "appliance/tiny-llama"

@@ -23,7 +23,7 @@ import httpx
 import psutil
 
 from appliance.loadtest.stats import distribution
-from tests.appliance_process import READ_ONLY_EXTRA, ClosedLoop, running_appliance
+from testkit.appliance_process import READ_ONLY_EXTRA, ClosedLoop, running_appliance
 
 
 @dataclass(frozen=True)

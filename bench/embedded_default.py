@@ -38,7 +38,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.plan import build_plan
 from appliance.runtime.spawn import engine_environment
-from tests.helpers import free_ports, stop_process
+from testkit.helpers import free_ports, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is the capital of France?"

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from tests.appliance_process import ROOT, ClosedLoop, Served, running_appliance
+from testkit.appliance_process import ROOT, ClosedLoop, Served, running_appliance
 
 MAX_TOKENS = 16
 BODY = {

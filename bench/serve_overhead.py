@@ -26,7 +26,7 @@ from appliance.control.client import ApiError, SyncControlClient, Target
 from appliance.plan import LaunchPlan, build_plan
 from appliance.runtime.spawn import engine_environment
 from appliance.serve import ensure_model
-from tests.helpers import stop_process
+from testkit.helpers import stop_process
 
 MODEL = "appliance/tiny-llama"
 # The tiny model: what supervision costs shows best where the engine's own work is smallest.

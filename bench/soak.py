@@ -36,7 +36,7 @@ from appliance.errors import ApplianceError
 from appliance.loadtest.generator import RunWindow
 from appliance.loadtest.report import LoadReport, report_json
 from appliance.loadtest.run import LoadTarget, run_loadtest
-from tests.appliance_process import running_appliance
+from testkit.appliance_process import running_appliance
 from tui.poll import Poller
 
 POLL_S = 1.0

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from appliance.control.upgrade_documents import UpgradeDocument
-from tests.appliance_process import ROOT, running_appliance
+from testkit.appliance_process import ROOT, running_appliance
 
 
 def upgrade(control_url: str, token: str, *change: str) -> None:

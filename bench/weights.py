@@ -2,7 +2,7 @@
 side in one run, and what the weights check adds to a warm boot.
 
 1. fetch: `appliance.weights.fetch.fetch` (what `appliance fetch` runs) from a loopback nginx mirror in the hub's
-   layout (tests/weights_mirror.py) vs `curl -s -o FILE URL` per file, same files, same server, same concurrency
+   layout (testkit/weights_mirror.py) vs `curl -s -o FILE URL` per file, same files, same server, same concurrency
    (jobs=1 and --jobs). fetch hashes while it streams and fsyncs each file before its rename; "curl+fsync" adds
    that fsync to curl's side, for a like-for-like row. Files: the embedded SmolLM2 folder (built once by its
    recipe) and a synthetic random set of --size-mb in 8 files. Target: fetch/curl >= 0.9.
@@ -48,8 +48,8 @@ from appliance.weights.fetch import fetch
 from appliance.weights.hashing import sha256_files
 from appliance.weights.lock import Lock, write_lock
 from appliance.weights.source import HttpSource
-from tests.helpers import free_ports
-from tests.weights_mirror import Mirror, hub_tree, running_nginx
+from testkit.helpers import free_ports
+from testkit.weights_mirror import Mirror, hub_tree, running_nginx
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SYNTHETIC = "bench/synthetic-weights"

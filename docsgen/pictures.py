@@ -1,7 +1,7 @@
 """Pictures made by the docs build from the real thing: the console, a load report's plots, commands' output.
 
 - the console: the real `ConsoleApp`, driven by Textual's Pilot against the recorded appliance of the tests (the
-  real control API over real HTTP, fed with captures: tests/recorded_appliance.py), then Textual's own SVG export;
+  real control API over real HTTP, fed with captures: testkit/recorded_appliance.py), then Textual's own SVG export;
 - a load report's plots: the `write_plots` that `appliance loadtest` uses, on a recorded report (docsgen/data/);
 - a command's output: the command run in the checkout (docsgen.commands), drawn as a terminal by rich's SVG export.
 """
@@ -27,7 +27,7 @@ FOLDER = "img/generated"
 REPORT = ROOT / "docsgen" / "data" / "loadtest-mixed-tiny.json"
 TERMINALS = {
     "plan-t3k.svg": "appliance plan +model=llama mesh=t3k",
-    "check-t3k.svg": "appliance check --no-probe --host-root tests/data/hosts/t3k +model=llama mesh=t3k",
+    "check-t3k.svg": "appliance check --no-probe --host-root testkit/data/hosts/t3k +model=llama mesh=t3k",
 }
 """Each command picture: its file under img/generated/ and the command line drawn."""
 _CHECK_EXITS = {"check-t3k.svg": 1}  # the recorded host has no tt engine environment: a check fails, as it would
@@ -55,7 +55,7 @@ def plot_pictures() -> Iterator[tuple[str, bytes]]:
 
 def console_pictures() -> Iterator[tuple[str, bytes]]:
     """The dashboard of one recorded appliance, its config screen, and a site of two plus one that is gone."""
-    from tests.recorded_appliance import recorded_appliance
+    from testkit.recorded_appliance import recorded_appliance
 
     with ExitStack() as stack:
         one, two = (stack.enter_context(recorded_appliance()) for _ in range(2))
@@ -65,8 +65,8 @@ def console_pictures() -> Iterator[tuple[str, bytes]]:
 
 async def _shots(one: object, two: object) -> dict[str, str]:
     from appliance.control.client import Target
-    from tests.console_pilot import recorded_console
-    from tests.helpers import free_port
+    from testkit.console_pilot import recorded_console
+    from testkit.helpers import free_port
 
     gone = Target("gone", f"http://127.0.0.1:{free_port()}", "x")
     return {
@@ -78,7 +78,7 @@ async def _shots(one: object, two: object) -> dict[str, str]:
 
 async def _shot(app: object, polls: int, keys: Sequence[str] = (), rows: int = 44) -> str:
     """The console after `polls` polls (each shows the next recorded page) and `keys`, on a 140-column terminal."""
-    from tests.console_pilot import poll
+    from testkit.console_pilot import poll
     from tui.app import ConsoleApp
 
     assert isinstance(app, ConsoleApp)

@@ -18,8 +18,7 @@ import pytest
 from hypothesis import settings
 
 from appliance.compat.matrix import CompatibilityMatrix, load_matrix
-
-from .appliance_process import (
+from testkit.appliance_process import (
     API_KEY,
     KEY_ENV,
     READ_ONLY_EXTRA,
@@ -30,8 +29,8 @@ from .appliance_process import (
     revive,
     running_appliance,
 )
-from .helpers import PROFILE, Cli, run_cli
-from .sigterm_scenario import SigtermRun, sigterm_under_load
+from testkit.helpers import PROFILE, Cli, run_cli
+from testkit.sigterm_scenario import SigtermRun, sigterm_under_load
 
 # `make test` (CI) loads "ci"; a plain `pytest` and `make test-fast` explore with the "dev" count.
 settings.register_profile("ci", max_examples=1000, deadline=None)
@@ -159,5 +158,5 @@ def restartable_appliance(_restartable_session: Served) -> Iterator[Served]:
 
 @pytest.fixture(scope="session")
 def sigtermed(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> SigtermRun:
-    """An appliance of its own, stopped by SIGTERM with 50 requests in flight (tests/sigterm_scenario.py)."""
+    """An appliance of its own, stopped by SIGTERM with 50 requests in flight (testkit/sigterm_scenario.py)."""
     return sigterm_under_load(tmp_path_factory.mktemp("sigterm"))

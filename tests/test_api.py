@@ -1,4 +1,4 @@
-"""The control API through httpx's ASGI transport, with a real supervisor of tests/fake_engine.py."""
+"""The control API through httpx's ASGI transport, with a real supervisor of testkit/fake_engine.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from appliance.control.api import create_app
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import fake_plan, wait_for
+from testkit.helpers import fake_plan, wait_for
 
 TOKEN = "test-token"
 

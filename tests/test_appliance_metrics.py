@@ -19,9 +19,9 @@ from appliance.observe.scheduler_log import SchedulerLog
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
+from testkit.helpers import REPLAY_ENGINE, fake_plan, promtool, wait_for
+from testkit.recorded_appliance import PAGES, recorded_api
 
-from .helpers import REPLAY_ENGINE, fake_plan, promtool, wait_for
-from .recorded_appliance import PAGES, recorded_api
 from .test_supervisor_device_faults import FABRIC
 
 TOKEN = "recorded-token"

@@ -1,7 +1,7 @@
 """Generated bad input: override sets and site files give a plan or a ConfigError, nothing else.
 
 Each example is a full Hydra composition: 1,000 per test under `make test` (CI), 20 in a plain `pytest`
-or `make test-fast` (`COMPOSING_EXAMPLES`, tests/helpers.py).
+or `make test-fast` (`COMPOSING_EXAMPLES`, testkit/helpers.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
+from testkit.helpers import COMPOSING_EXAMPLES
 
-from .helpers import COMPOSING_EXAMPLES
 from .test_validate import MATRIX
 
 KEYS = st.sampled_from(

@@ -22,10 +22,9 @@ from starlette.routing import Route
 
 from appliance.config.schema import BoardsConfig
 from appliance.observe.board_sources import board_monitor
-
-from .board_scenarios import BOARDS, HOSTS
-from .helpers import Cli, free_port, promtool
-from .recorded_appliance import recorded_api, serving
+from testkit.board_scenarios import BOARDS, HOSTS
+from testkit.helpers import Cli, free_port, promtool
+from testkit.recorded_appliance import recorded_api, serving
 
 BOARD_ALERTS = (
     "ApplianceBoardHeartbeatStalled",

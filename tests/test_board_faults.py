@@ -1,8 +1,8 @@
 """Board faults climb the engine's fault ladder; the boards in /state and /metrics; tt-telemetry over real HTTP.
 
-The engine is a real child process (tests/fake_engine.py, serving while a board fails: no machine here has a
-board). The boards are the recorded trees of tests/data/hosts (shaped from the public formats: see
-tests/data/boards/README.md), read by the real monitor at short configured intervals.
+The engine is a real child process (testkit/fake_engine.py, serving while a board fails: no machine here has a
+board). The boards are the recorded trees of testkit/data/hosts (shaped from the public formats: see
+testkit/data/boards/README.md), read by the real monitor at short configured intervals.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from appliance.plan import LaunchPlan
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
+from testkit.board_scenarios import BOARDS, board_dir, copy_tree, hwmon_dir
+from testkit.helpers import Cli, fake_plan, promtool, wait_for
+from testkit.recorded_appliance import recorded_appliance, serving
 
-from .board_scenarios import BOARDS, board_dir, copy_tree, hwmon_dir
-from .helpers import Cli, fake_plan, promtool, wait_for
-from .recorded_appliance import recorded_appliance, serving
 from .test_appliance_metrics import samples
 
 TOKEN = "board-token"

@@ -1,5 +1,5 @@
 """Board health from recorded sysfs/hwmon trees, tt-smi snapshots and a tt-telemetry page (all shaped from the public
-formats, tests/data/boards/README.md): readings, bad input, the monitor's verdicts on the recorded scenarios."""
+formats, testkit/data/boards/README.md): readings, bad input, the monitor's verdicts on the recorded scenarios."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from appliance.host.tt_smi import parse_tt_smi
 from appliance.host.tt_telemetry import TelemetryUnavailable, parse_tt_telemetry
 from appliance.observe.board_health import BoardMonitor, BoardsView
 from appliance.observe.board_sources import sysfs_reader
-
-from .board_scenarios import BOARDS, DATA, HOSTS, board_dir, copy_tree, hwmon_dir, play
+from testkit.board_scenarios import BOARDS, DATA, HOSTS, board_dir, copy_tree, hwmon_dir, play
 
 TREES = {
     "n150": ("n150", 1),

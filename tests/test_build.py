@@ -15,8 +15,7 @@ from appliance.engines.build import MANIFEST_NAME, build_recipe
 from appliance.engines.pins import BUILD_DIR, load_pins
 from appliance.engines.upgrade import check_upgrade, load_compat
 from appliance.errors import ConfigError
-
-from .helpers import Cli
+from testkit.helpers import Cli
 
 LOCK = BUILD_DIR / "cpu" / "requirements.lock"
 

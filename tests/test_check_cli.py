@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .board_scenarios import board_dir, copy_tree, hwmon_dir
-from .helpers import Cli, Ran, free_port
+from testkit.board_scenarios import board_dir, copy_tree, hwmon_dir
+from testkit.helpers import Cli, Ran, free_port
+
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 CHECK_IDS = [
@@ -73,7 +74,7 @@ def test_a_70b_on_a_t3k_with_old_firmware_is_not_ready(cli: Cli, tmp_path: Path)
 
 
 def test_a_hot_board_with_past_trips_is_a_warning_in_check_and_the_pilot_report(cli: Cli, tmp_path: Path) -> None:
-    """The recorded T3K tree (shaped: tests/data/boards/README.md) with board 1 hot and one trip since the driver
+    """The recorded T3K tree (shaped: testkit/data/boards/README.md) with board 1 hot and one trip since the driver
     loaded, and board 2's power attribute unreadable."""
     root = copy_tree("t3k", tmp_path)
     (hwmon_dir(root, "1") / "temp1_input").write_text("98500\n")

@@ -14,9 +14,8 @@ from typing import Any, Protocol
 import pytest
 
 from appliance.preflight.api_contract import CONTRACT_FILE
-
-from .appliance_process import Served
-from .helpers import TINY, Cli, Ran
+from testkit.appliance_process import Served
+from testkit.helpers import TINY, Cli, Ran
 
 HF_SECRET = "hf_" + secrets.token_hex(12)
 

@@ -19,8 +19,8 @@ from appliance.host.discovery import discover_host
 from appliance.plan import build_plan
 from appliance.preflight.checks import host_checks, params_from_name, require_host_ready
 from appliance.preflight.results import HostCheckInput
+from testkit.helpers import TINY, free_ports
 
-from .helpers import TINY, free_ports
 from .test_host import HOSTS, SNAPSHOT, tt_smi_script
 
 LLAMA_70B = ("+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct")

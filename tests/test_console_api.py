@@ -24,9 +24,8 @@ from appliance.observe.metrics_window import summarize
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import fake_plan, free_port, wait_for
-from .recorded_appliance import PAGES
+from testkit.helpers import fake_plan, free_port, wait_for
+from testkit.recorded_appliance import PAGES
 
 TOKEN = "console-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -34,7 +33,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 async def control(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    """The real control API of a real supervisor running tests/fake_engine.py."""
+    """The real control API of a real supervisor running testkit/fake_engine.py."""
     log = EngineLog(tmp_path / "logs")
     sup = EngineSupervisor(fake_plan(tmp_path), log)
     run = asyncio.create_task(sup.run())
@@ -61,7 +60,7 @@ async def test_host_reports_the_boards_and_the_cpu_memory_and_engine_rss(control
 
 async def test_engine_metrics_are_relayed_with_the_engines_own_status(control: httpx.AsyncClient) -> None:
     assert (await control.get("/engine/metrics")).status_code == 401
-    # tests/fake_engine.py has no /metrics: the relay passes its 404 on rather than inventing a page.
+    # testkit/fake_engine.py has no /metrics: the relay passes its 404 on rather than inventing a page.
     assert (await control.get("/engine/metrics", headers=AUTH)).status_code == 404
 
 

@@ -1,6 +1,6 @@
 """The console's boards: the dashboard's panel and the fleet's worst-board column, under Pilot against the real
 control API over real HTTP, its board monitor reading the recorded T3K tree (shaped from the public formats:
-tests/data/boards/README.md) as board 2 heats up."""
+testkit/data/boards/README.md) as board 2 heats up."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from textual.widgets import DataTable
 
 from appliance.config.schema import BoardsConfig
 from appliance.observe.board_sources import board_monitor
+from testkit.board_scenarios import copy_tree, hwmon_dir
+from testkit.console_pilot import poll, recorded_console, shown
+from testkit.recorded_appliance import recorded_appliance
 from tui.screens.fleet import FleetScreen
 from tui.widgets.boards import BoardsPanel
-
-from .board_scenarios import copy_tree, hwmon_dir
-from .console_pilot import poll, recorded_console, shown
-from .recorded_appliance import recorded_appliance
 
 SIZE = (140, 60)
 

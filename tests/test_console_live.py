@@ -12,13 +12,12 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from appliance.control.client import ControlClient, Target
+from testkit.appliance_process import API_KEY, MODEL, Served
+from testkit.console_pilot import shown, until
 from tui.app import ConsoleApp, make_console
 from tui.screens.logs import LogsScreen
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import SchedulerPanel
-
-from .appliance_process import API_KEY, MODEL, Served
-from .console_pilot import shown, until
 
 
 def console(live: Served) -> ConsoleApp:

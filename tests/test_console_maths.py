@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from appliance.observe.engine_metrics import Histogram, parse_metrics
 from appliance.observe.metrics_window import MetricsWindow, quantile, summarize
 from appliance.observe.scheduler_log import SchedulerLog
-
-from .recorded_appliance import DATA, LOG_LINES, PAGES
+from testkit import paths
+from testkit.recorded_appliance import DATA, LOG_LINES, PAGES
 
 OFFSETS = json.loads((DATA / "metrics-times.json").read_text())["offsets_s"]
 # A capture from a different, freshly booted engine (5 requests): after page 5 it reads as a restart.
-FRESH = (Path(__file__).parent / "data" / "vllm-cpu-metrics.txt").read_text()
+FRESH = (paths.DATA / "vllm-cpu-metrics.txt").read_text()
 
 
 def value(page: str, series: str) -> float:

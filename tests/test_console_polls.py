@@ -1,7 +1,7 @@
 """What the console asks its appliances for and what it redraws: only what the shown screen needs.
 
 Requests are counted at the recorded appliance's real control API (`create_app` over real HTTP,
-tests/recorded_appliance.py). The redraw tests hand the app a poll again, as a copy of what the
+testkit/recorded_appliance.py). The redraw tests hand the app a poll again, as a copy of what the
 real API answered, the second time with only the uptime moved on.
 """
 
@@ -11,6 +11,8 @@ from dataclasses import replace
 
 from textual.pilot import Pilot
 
+from testkit.console_pilot import drawn, poll, recorded_console, until
+from testkit.recorded_appliance import recorded_appliance
 from tui.app import ConsoleApp
 from tui.messages import StatusPolled
 from tui.poll import Polled
@@ -18,9 +20,6 @@ from tui.widgets.header import ApplianceHeader
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import ChecksPanel, DevicesPanel, LatencyPanel, SchedulerPanel
 from tui.widgets.trend import draw_trend
-
-from .console_pilot import drawn, poll, recorded_console, until
-from .recorded_appliance import recorded_appliance
 
 SIZE = (140, 48)
 LIVE, DETAIL = "/live", "/live?detail=1"

@@ -1,5 +1,5 @@
 """The console under Pilot against recorded appliances: the real control API over real HTTP, fed with
-captures at its seams (tests/recorded_appliance.py)."""
+captures at its seams (testkit/recorded_appliance.py)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,15 @@ from textual.widgets import DataTable, Input, Log
 
 from appliance.control.client import Target
 from appliance.preflight.results import check
+from testkit.console_pilot import poll, recorded_console, shown, until
+from testkit.helpers import free_port
+from testkit.recorded_appliance import LOG_LINES, not_an_appliance, recorded_appliance
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.logs import LogsScreen
 from tui.widgets.header import ApplianceHeader
 from tui.widgets.load import LoadPanel
 from tui.widgets.panels import ChecksPanel, DevicesPanel, LatencyPanel, SchedulerPanel
-
-from .console_pilot import poll, recorded_console, shown, until
-from .helpers import free_port
-from .recorded_appliance import LOG_LINES, not_an_appliance, recorded_appliance
 
 SIZE = (140, 48)
 

@@ -1,7 +1,7 @@
 """SVG snapshots of the console's main screens (pytest-textual-snapshot).
 
 Deterministic by construction: the real control API fed with recorded captures, one recorded page
-per poll (tests/recorded_appliance.py), a fixed terminal size and no wall-clock text on screen.
+per poll (testkit/recorded_appliance.py), a fixed terminal size and no wall-clock text on screen.
 Update after an intended change with `pytest tests/test_console_snapshots.py --snapshot-update`.
 """
 
@@ -14,11 +14,10 @@ import pytest
 from textual.pilot import Pilot
 
 from appliance.control.client import Target
+from testkit.console_pilot import poll, recorded_console, until
+from testkit.helpers import free_port
+from testkit.recorded_appliance import Recorded, recorded_appliance
 from tui.app import ConsoleApp
-
-from .console_pilot import poll, recorded_console, until
-from .helpers import free_port
-from .recorded_appliance import Recorded, recorded_appliance
 
 SIZE = (140, 48)
 Compare = Callable[..., bool]

@@ -11,8 +11,7 @@ from appliance.compat.validate import InstalledClass, ValidatedConfig, validate
 from appliance.config.compose import compose_config
 from appliance.errors import ConfigError, Problem
 from appliance.plan import LaunchPlan, build_plan
-
-from .helpers import TINY, Cli
+from testkit.helpers import TINY, Cli
 
 LLAMA = ["+model=llama", "mesh=t3k", "model.checkpoint=meta-llama/Llama-3.3-70B-Instruct"]
 DIFFUSION = ["+model=gemma", "mesh=p300x2", "model.checkpoint=google/diffusiongemma-26B-A4B-it"]

@@ -1,7 +1,7 @@
 """The one control-plane contract: documents served by the real API and parsed by the one client,
 over real HTTP, and the client's one-line errors.
 
-The API is the real create_app fed with the recorded appliance's captures (tests/recorded_appliance.py),
+The API is the real create_app fed with the recorded appliance's captures (testkit/recorded_appliance.py),
 so what it serves can be compared with what was recorded.
 """
 
@@ -28,9 +28,8 @@ from appliance.control.documents import (
     render,
 )
 from appliance.preflight.results import check
-
-from .helpers import free_port
-from .recorded_appliance import (
+from testkit.helpers import free_port
+from testkit.recorded_appliance import (
     HOST,
     STATE,
     RecordedApi,

@@ -1,8 +1,8 @@
 """GET /load: windows, percentiles, the scheduler split and alerts, computed by the appliance.
 
-Recorded /metrics pages enter at the API's engine seam (tests/recorded_appliance.py), one second
+Recorded /metrics pages enter at the API's engine seam (testkit/recorded_appliance.py), one second
 apart; expected values are the ones worked out by hand from their bucket lines in
-tests/test_console_maths.py. The engine-down cases use a real supervisor of tests/fake_engine.py.
+tests/test_console_maths.py. The engine-down cases use a real supervisor of testkit/fake_engine.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from appliance.control.documents import LoadDocument
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
+from testkit.helpers import fake_plan, free_port, wait_for
+from testkit.recorded_appliance import LOG_LINES, PAGES, RecordedApi, recorded_api, serving_here
 
-from .helpers import fake_plan, free_port, wait_for
-from .recorded_appliance import LOG_LINES, PAGES, RecordedApi, recorded_api, serving_here
 from .test_console_maths import FRESH
 
 TOKEN = "load-test-token"
@@ -117,7 +117,7 @@ async def test_load_says_why_there_is_no_summary(tmp_path: Path) -> None:
         sup.request("stop")
         await run
         log.close()
-    # tests/fake_engine.py has no /metrics
+    # testkit/fake_engine.py has no /metrics
     assert load.summary is None and load.metrics_error == "engine /metrics answered 404"
     assert load.alerts == ("no engine metrics",) and load.scheduler.steps == 0
     assert gone.summary is None and gone.alerts == ()  # not ready: no alert for missing metrics

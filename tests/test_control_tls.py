@@ -34,10 +34,9 @@ from appliance.deploy.gateway import backend, render_haproxy, run_haproxy
 from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 from appliance.errors import ApiError, ConfigError
 from appliance.preflight.tls_files import check_server_files
-
-from .appliance_process import free_ports
-from .helpers import TINY, Cli
-from .recorded_appliance import recorded_api, serving
+from testkit.appliance_process import free_ports
+from testkit.helpers import TINY, Cli
+from testkit.recorded_appliance import recorded_api, serving
 
 TOKEN = "tls-token"
 NOW = dt.datetime.now(dt.UTC)

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from appliance.engines.pins import BUILD_DIR
-
-from .helpers import free_port
+from testkit.helpers import free_port
 
 INSTALL = BUILD_DIR / "cpu" / "install.sh"
 TORCH = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"

@@ -21,8 +21,7 @@ from appliance.deploy.systemd import render_systemd
 from appliance.plan import build_plan
 from appliance.weights.layout import lock_path
 from appliance.weights.lock import Lock, LockedFile, write_lock
-
-from .helpers import Cli
+from testkit.helpers import Cli
 
 # kubernetes-validate 1.37.0 ships the v1.37 schema, which has resource.k8s.io/v1 ResourceClaimTemplate.
 K8S_VERSION = "1.37.0"

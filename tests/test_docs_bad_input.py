@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIED = ("appliance", "docsgen", "docs")
-LINKED = ("conf", "models", "build", "engine_plugins", "tests", "tui", "pyproject.toml")
+LINKED = ("conf", "models", "build", "engine_plugins", "tests", "testkit", "tui", "pyproject.toml")
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ from docsgen.cli_reference import cli_page
 from docsgen.codes_reference import find_codes
 from docsgen.config_reference import config_page, docstrings
 from docsgen.metrics_reference import find_series
-
-from .recorded_appliance import recorded_api
+from testkit.recorded_appliance import recorded_api
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +66,7 @@ def test_the_codes_are_found_where_they_are_made() -> None:
 
 
 async def test_a_real_scrape_shows_no_series_the_reference_lacks() -> None:
-    """Recorded appliance (tests/recorded_appliance.py): its registry's exposition against the declared series."""
+    """Recorded appliance (testkit/recorded_appliance.py): its registry's exposition against the declared series."""
     declared = {s.name for s in find_series(ROOT / "appliance" / "control" / "metrics.py")}
     with recorded_api("t") as api:
         transport = httpx.ASGITransport(app=api.app)

@@ -24,8 +24,7 @@ import yaml
 
 from appliance.control.site_file import SiteEntry
 from appliance.deploy.prometheus import DOCS_URL, render_prometheus, runbook_path
-
-from .chromium import chromium
+from testkit.chromium import chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / ".cache" / "docs-home.png"

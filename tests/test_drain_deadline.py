@@ -1,5 +1,5 @@
 """A drain that cannot finish says so: a real `appliance serve` (model=tiny, CPU engine) gets SIGTERM with
-50 streaming requests in flight whose answers outlast a 3 s drain deadline (tests/sigterm_scenario.py).
+50 streaming requests in flight whose answers outlast a 3 s drain deadline (testkit/sigterm_scenario.py).
 
 The appliance's count comes from the engine's own gauges while it drains; the clients' count from the
 streams that broke off without a finish reason. They must agree, in its log and in what it tells systemd.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .sigterm_scenario import STREAMS, sigterm_under_load
+from testkit.sigterm_scenario import STREAMS, sigterm_under_load
 
 DEADLINE_S = 3
 ANSWER_TOKENS = 1500  # the tiny model at 50 streams on 2 cores needs minutes for these: none finishes in 3 s

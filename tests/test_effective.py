@@ -1,8 +1,8 @@
 """Requested versus effective capabilities: the plan's side, and what the engine itself says it runs.
 
-The CPU cases read a real boot of the CPU engine (tests/data/vllm-cpu-effective.log, recorded) and the
+The CPU cases read a real boot of the CPU engine (testkit/data/vllm-cpu-effective.log, recorded) and the
 boot of the engine tier's restartable appliance, which runs with the same capabilities. The TT case reads
-lines built from the plugin's own format strings (tests/data/tt-plugin-log-lines.txt; no TT device
+lines built from the plugin's own format strings (testkit/data/tt-plugin-log-lines.txt; no TT device
 exists here, see its header).
 """
 
@@ -16,11 +16,10 @@ from appliance.config.compose import compose_config
 from appliance.control.documents import CapabilitiesDocument
 from appliance.observe.effective import Capabilities, differences, effective, requested
 from appliance.plan import build_plan
+from testkit.appliance_process import CAPABILITY_OVERRIDES, RESTARTABLE_EXTRA, Served
+from testkit.helpers import cpu_plan
+from testkit.paths import DATA
 
-from .appliance_process import CAPABILITY_OVERRIDES, RESTARTABLE_EXTRA, Served
-from .helpers import cpu_plan
-
-DATA = Path(__file__).parent / "data"
 TT_OVERRIDES = (
     "+model=llama",
     "mesh=t3k",

@@ -14,9 +14,8 @@ import subprocess
 import httpx
 
 from appliance.control.documents import dump
-
-from .appliance_process import MODEL, Served, serve_command
-from .helpers import Cli
+from testkit.appliance_process import MODEL, Served, serve_command
+from testkit.helpers import Cli
 
 
 def test_completions_chat_and_streaming_through_the_openai_client(shared_appliance: Served) -> None:

@@ -1,7 +1,7 @@
 """serve's first boot behind the engine's verdict, in one process (preflight/engine_gate.py), with a real supervisor.
 
-The engine here is tests/fake_gate.py, a real child that speaks the gate's protocol and then becomes
-tests/fake_engine.py; the engine tier boots every appliance through the real gate (tests/test_config_probe.py).
+The engine here is testkit/fake_gate.py, a real child that speaks the gate's protocol and then becomes
+testkit/fake_engine.py; the engine tier boots every appliance through the real gate (tests/test_config_probe.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.spawn import engine_placement
 from appliance.runtime.supervisor import EngineSupervisor
+from testkit.helpers import cpu_plan, fake_plan, group_gone, wait_for
+from testkit.paths import TESTKIT
 
-from .helpers import cpu_plan, fake_plan, group_gone, wait_for
-
-FAKE_GATE = Path(__file__).with_name("fake_gate.py")
+FAKE_GATE = TESTKIT / "fake_gate.py"
 
 
 def gated_plan(tmp_path: Path, *args: str) -> LaunchPlan:

@@ -1,13 +1,12 @@
 """The plan's prediction against what the engine settled on, on a recorded probe result (no engine runs here).
 
-tests/data/vllm-cpu-config-probe.json is the JSON line `appliance_probe.py config` printed for the tiny model's
+testkit/data/vllm-cpu-config-probe.json is the JSON line `appliance_probe.py config` printed for the tiny model's
 plan on the real CPU engine (vLLM 0.32.0); tests/test_config_probe.py runs the probe itself.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -17,10 +16,10 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.engines.config_probe import EngineVerdict, compare
 from appliance.plan import build_plan
+from testkit.helpers import TINY
+from testkit.paths import DATA
 
-from .helpers import TINY
-
-RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-cpu-config-probe.json").read_text())
+RECORDED = json.loads((DATA / "vllm-cpu-config-probe.json").read_text())
 
 
 def verdict(expected: dict[str, Any], data: dict[str, Any] = RECORDED) -> EngineVerdict:

@@ -9,11 +9,12 @@ import pytest
 
 from appliance.errors import ConfigError
 from appliance.runtime.faults import load_fault_ladder
+from testkit.paths import DATA
 
-DATA = Path(__file__).with_name("data") / "faults"
+FAULTS = DATA / "faults"
 RECORDED = [
     tuple(line.split("\t", 1))
-    for line in (DATA / "recorded-lines.tsv").read_text().splitlines()
+    for line in (FAULTS / "recorded-lines.tsv").read_text().splitlines()
     if line and not line.startswith("#")
 ]
 
@@ -36,7 +37,7 @@ def test_the_real_ttnn_no_chips_output_is_a_device_fault_with_a_next_step() -> N
     """Recorded from the real ttnn 0.81.1 wheel on this host (no boards): open_device's own output."""
     faults = [
         f
-        for line in (DATA / "ttnn-0.81.1-open-device-no-chips.log").read_text().splitlines()
+        for line in (FAULTS / "ttnn-0.81.1-open-device-no-chips.log").read_text().splitlines()
         if (f := load_fault_ladder().classify(line))
     ]
     assert faults and faults[0].rule == "no-chips" and faults[0].device
@@ -44,7 +45,7 @@ def test_the_real_ttnn_no_chips_output_is_a_device_fault_with_a_next_step() -> N
 
 
 def test_ordinary_boot_lines_are_not_faults() -> None:
-    boot = (Path(__file__).with_name("data") / "vllm-cpu-boot.log").read_text().splitlines()
+    boot = (DATA / "vllm-cpu-boot.log").read_text().splitlines()
     assert [line for line in boot if load_fault_ladder().classify(line)] == []
 
 

@@ -22,8 +22,7 @@ from appliance.compat.state_set import load_states
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config, group_options
 from appliance.errors import ConfigError, Problem
-
-from .helpers import COMPOSING_EXAMPLES
+from testkit.helpers import COMPOSING_EXAMPLES
 
 MATRIX = load_matrix()
 STATES = tuple(f"vllm={state.vllm}" for state in load_states().states)

@@ -17,8 +17,7 @@ import pytest
 
 from appliance.control.client import ApiError
 from appliance.observe.engine_metrics import parse_metrics
-
-from .appliance_process import API_KEY, BODY, ClosedLoop, Served, running_gateway
+from testkit.appliance_process import API_KEY, BODY, ClosedLoop, Served, running_gateway
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

@@ -1,5 +1,5 @@
 """Host discovery on recorded sysfs trees and tt-smi snapshots (constructed to the documented
-format: tests/data/hosts/README.md), plus a real `tt-smi` executable on PATH."""
+format: testkit/data/hosts/README.md), plus a real `tt-smi` executable on PATH."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from appliance.compat.resolve import mesh_for_host
 from appliance.host.discovery import device_lock_name, discover_host, free_disk
 from appliance.host.tt_smi import parse_tt_smi
+from testkit.paths import DATA
 
-DATA = Path(__file__).with_name("data")
 HOSTS = DATA / "hosts"
 SNAPSHOT = DATA / "tt-smi" / "t3k-snapshot.json"
 

@@ -13,9 +13,8 @@ import psutil
 import pytest
 
 from appliance.host.share import owned_cores, parse_cores, place, placement_for
-
-from .appliance_process import ROOT, Served
-from .helpers import Cli
+from testkit.appliance_process import ROOT, Served
+from testkit.helpers import Cli
 
 V1_CPU = Path("/sys/fs/cgroup/cpu")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(30)"]

@@ -1,7 +1,7 @@
 """Images in the config and the verdict (issue 42 item 2): the matrix's vision blocks, the image keys, their flags,
 their refusals through the real CLI, and the engine's own reading of the limits.
 
-tests/data/vllm-cpu-config-probe-vision.json is the JSON line `engine_plugins/appliance_probe.py config` printed in
+testkit/data/vllm-cpu-config-probe-vision.json is the JSON line `engine_plugins/appliance_probe.py config` printed in
 the CPU engine (vLLM 0.32.0) for the tiny random-weight Qwen2.5-VL folder the appliance builds (config.json and the
 real Qwen2.5-VL preprocessor_config.json), with `--limit-mm-per-prompt '{"image": 1, "video": 0}'
 --mm-processor-kwargs '{"max_pixels": 200704}' --max-model-len 4096` and the CPU plan's other flags.
@@ -24,14 +24,14 @@ from appliance.config.compose import compose_config
 from appliance.engines.config_probe import Difference, compare
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
-
-from .helpers import Cli
+from testkit.helpers import Cli
+from testkit.paths import DATA
 
 QWEN_VL = ("+model=qwen", "model.checkpoint=Qwen/Qwen2.5-VL-72B-Instruct", "mesh=t3k")
 GEMMA3 = ("+model=gemma", "mesh=n150")
 TEXT = ("+model=llama", "mesh=n300")
-HELP = Path(__file__).parent / "data" / "vllm-cpu-api-server-help.txt"
-RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-cpu-config-probe-vision.json").read_text())
+HELP = DATA / "vllm-cpu-api-server-help.txt"
+RECORDED = json.loads((DATA / "vllm-cpu-config-probe-vision.json").read_text())
 
 
 def test_every_vision_architecture_carries_its_image_facts_each_with_a_source(matrix: CompatibilityMatrix) -> None:
@@ -178,7 +178,7 @@ def test_the_vision_plan_sets_the_limits_video_zero_and_the_pixel_cap(matrix: Co
 
 
 def test_every_image_flag_the_plan_emits_is_one_the_recorded_vllm_serve_help_lists(matrix: CompatibilityMatrix) -> None:
-    """tests/data/vllm-cpu-api-server-help.txt is `--help=all` of the CPU engine's vLLM 0.32.0 serve parser."""
+    """testkit/data/vllm-cpu-api-server-help.txt is `--help=all` of the CPU engine's vLLM 0.32.0 serve parser."""
     listed = set(re.findall(r"--[a-z][a-z0-9-]+", HELP.read_text()))
     for overrides in (QWEN_VL, GEMMA3):
         emitted = {a for a in build_plan(validate(compose_config(list(overrides)), matrix)).argv if a.startswith("--")}

@@ -15,8 +15,8 @@ from appliance.config.compose import compose_config
 from appliance.deploy.k8s import POD_OVERRIDES, SECRETS_DIR, render_k8s
 from appliance.deploy.k8s_policy import CONTROL_CLIENT, ENGINE_CLIENT
 from appliance.errors import ConfigError
+from testkit.appliance_process import ROOT
 
-from .appliance_process import ROOT
 from .test_deploy import kinds, pinned, rendered, validated
 
 CHECKOV = ROOT / ".tools" / "checkov" / "bin" / "checkov"

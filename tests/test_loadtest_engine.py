@@ -23,9 +23,8 @@ from appliance.loadtest.generator import RunWindow
 from appliance.loadtest.report import LoadReport, load_report
 from appliance.loadtest.run import LoadTarget, run_loadtest
 from appliance.loadtest.workload import plan_requests
-
-from .appliance_process import Served, seed_tiny_model
-from .helpers import TINY, Cli
+from testkit.appliance_process import Served, seed_tiny_model
+from testkit.helpers import TINY, Cli
 
 FEATURES = (
     "workload.structured_output_share=0.25",

@@ -1,5 +1,5 @@
 """Image requests the engine refuses: each is a client error in the report, never a server error, and the
-run goes on. Over real HTTP, against tests/recorded_vision_server.py (vLLM 0.32's recorded answers)."""
+run goes on. Over real HTTP, against testkit/recorded_vision_server.py (vLLM 0.32's recorded answers)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from appliance.loadtest.images import attach_images, build_images, image_data_ur
 from appliance.loadtest.prompts import BuiltPrompt, ServerTokenizer
 from appliance.loadtest.report import RunFacts, summarize
 from appliance.loadtest.workload import plan_requests
-
-from .recorded_vision_server import recorded_vision_server
+from testkit.recorded_vision_server import recorded_vision_server
 
 # Up to three images against a limit of two, in a closed loop of two streams (no Poisson waits); chat only,
 # as only a chat stream is recorded.

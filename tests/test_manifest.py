@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import Cli
+from testkit.helpers import Cli
 
 
 @pytest.mark.usefixtures("cpu_engine")

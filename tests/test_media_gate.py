@@ -11,8 +11,7 @@ import pytest
 
 from appliance.compat.media import MediaPolicy, media_policy
 from appliance.runtime.media_gate import MediaGate
-
-from .media_hosts import image_host, red_png
+from testkit.media_hosts import image_host, red_png
 
 
 def policy(*hosts: str, pixels: int = 200_704) -> MediaPolicy:

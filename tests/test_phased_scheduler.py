@@ -1,6 +1,6 @@
 """The phase-exclusive scheduler class, driven step by step inside the CPU engine's interpreter.
 
-tests/engine_side/phased_steps.py builds real vLLM schedulers (the appliance's classes, and vLLM's
+testkit/engine_side/phased_steps.py builds real vLLM schedulers (the appliance's classes, and vLLM's
 own as the control), feeds each the same arrivals and prints every step; these tests read that,
 from one run of it per session.
 """
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from appliance.serve import ensure_model
+from testkit.helpers import cpu_plan
+from testkit.paths import ENGINE_SIDE
 
-from .helpers import cpu_plan
-
-STEPS = Path(__file__).with_name("engine_side") / "phased_steps.py"
+STEPS = ENGINE_SIDE / "phased_steps.py"
 SCHEDULERS = ("phased", "phased-async", "upstream")
 
 

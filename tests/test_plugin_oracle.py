@@ -1,4 +1,4 @@
-"""The real vllm-tt-plugin's behaviour at 01078a0 as test vectors (tests/data/plugin_oracle_01078a0.yaml).
+"""The real vllm-tt-plugin's behaviour at 01078a0 as test vectors (testkit/data/plugin_oracle_01078a0.yaml).
 
 Each run of each recorded case is judged by the appliance with the class capabilities that run's stand-in
 declared, given as the installed class would give them (`InstalledClass`): the appliance's verdict, the rule
@@ -10,7 +10,6 @@ appliance's intentional refusals, carry the reason in the data and are checked f
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +20,9 @@ from appliance.config.compose import compose_config
 from appliance.data_files import parse_yaml
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
+from testkit.paths import DATA
 
-ORACLE: dict[str, Any] = parse_yaml((Path(__file__).parent / "data" / "plugin_oracle_01078a0.yaml").read_text())
+ORACLE: dict[str, Any] = parse_yaml((DATA / "plugin_oracle_01078a0.yaml").read_text())
 RUNS = [(case, mode) for case, entry in ORACLE["cases"].items() for mode in entry["runs"]]
 # The rule the appliance names for each kind of refusal the plugin or vLLM gave (first words of the refusal).
 REFUSAL_RULES = {

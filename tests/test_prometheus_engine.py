@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from .appliance_process import Served
-from .helpers import Cli, free_port, stop_process
+from testkit.appliance_process import Served
+from testkit.helpers import Cli, free_port, stop_process
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import Cli, promtool
+from testkit.helpers import Cli, promtool
 
 
 @pytest.fixture

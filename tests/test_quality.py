@@ -14,8 +14,7 @@ import pytest
 
 from appliance.errors import ConfigError
 from appliance.quality.evalset import VISION_EVAL_SET, is_correct, load_eval_set
-
-from .helpers import free_port
+from testkit.helpers import free_port
 
 RECORDED = [
     ("The capital of France is Paris.", ("Paris",), True),

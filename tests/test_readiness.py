@@ -14,8 +14,7 @@ from appliance.control.api import create_app
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import fake_plan, wait_for
+from testkit.helpers import fake_plan, wait_for
 
 
 @pytest.mark.parametrize("command", ["drain", "restart", "stop"])

@@ -1,7 +1,7 @@
 """Faults and planned stops against the real CPU engine (issue: reliability and security).
 
 The restartable appliance (conftest; its engine port takes an OpenAI API key) takes five kill -9s of
-its engine under load; a planned stop with 50 requests in flight (tests/sigterm_scenario.py) and a
+its engine under load; a planned stop with 50 requests in flight (testkit/sigterm_scenario.py) and a
 kill -9 of the appliance itself end appliances of their own; boot failures run through the real
 supervisor with the real engine.
 """
@@ -27,10 +27,9 @@ from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 from appliance.serve import RECIPES, ensure_model
-
-from .appliance_process import API_KEY, MODEL, Served, start_appliance
-from .helpers import cpu_plan, free_ports, group_gone, wait_for
-from .sigterm_scenario import STREAMS, SigtermRun
+from testkit.appliance_process import API_KEY, MODEL, Served, start_appliance
+from testkit.helpers import cpu_plan, free_ports, group_gone, wait_for
+from testkit.sigterm_scenario import STREAMS, SigtermRun
 
 
 def test_the_engine_port_takes_the_sites_api_key(restartable_appliance: Served) -> None:

@@ -1,5 +1,5 @@
 """A roll fetches first: `appliance upgrade --fetch` against a real control API (the real app and upgrader, served
-over HTTP) and a real nginx mirror (tests/weights_mirror.py), and the rendered playbook's first play.
+over HTTP) and a real nginx mirror (testkit/weights_mirror.py), and the rendered playbook's first play.
 
 The appliance here composes its generations with a site directory and resolved its paths from an environment the
 command does not share (another APPLIANCE_CACHE_DIR), as a systemd unit's appliance and an Ansible task would: the
@@ -29,11 +29,11 @@ from appliance.plan import LaunchPlan, build_plan
 from appliance.rollout.generation import Journal, journal_path, read_journal
 from appliance.rollout.runner import Planned, Upgrader
 from appliance.weights.layout import entry_dir, lock_path
+from testkit.helpers import Cli, free_port
+from testkit.recorded_appliance import RecordedSupervisor, serving
+from testkit.weights_mirror import Mirror, Nginx, mirror_files, publish, running_nginx
 
-from .helpers import Cli, free_port
-from .recorded_appliance import RecordedSupervisor, serving
 from .test_rollout_parts import ANSIBLE
-from .weights_mirror import Mirror, Nginx, mirror_files, publish, running_nginx
 
 CHECKPOINT = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The hub checkpoint the matrix lists for the CPU engine (models/smollm2.yaml)."""

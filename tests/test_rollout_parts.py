@@ -21,8 +21,7 @@ from appliance.resources import build_dir
 from appliance.rollout.environments import build_environment, environment_dir, pins_hash, prune_environments
 from appliance.rollout.gates import EvalMode, GateSettings, eval_mode, judge, load_gate_file, parse_settings
 from appliance.rollout.generation import Journal, read_journal, resume, write_journal
-
-from .helpers import Cli, cpu_plan, free_port
+from testkit.helpers import Cli, cpu_plan, free_port
 
 ANSIBLE = Path(__file__).resolve().parent.parent / ".tools" / "ansible" / "bin" / "ansible-playbook"
 

@@ -1,4 +1,4 @@
-"""The upgrade runner against real engine processes (tests/fake_engine.py: boots, crashes on demand), with the real
+"""The upgrade runner against real engine processes (testkit/fake_engine.py: boots, crashes on demand), with the real
 supervisor, the real journal on disk and the real control API over ASGI: the step machine, commit, rollback,
 interruption, and the refusals before anything changes. The model gates (eval, workload) need a real model:
 tests/test_upgrade_fleet.py runs them on the CPU engine.
@@ -27,8 +27,7 @@ from appliance.rollout.runner import Planned, Upgrader
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import fake_plan, promtool, wait_for
+from testkit.helpers import fake_plan, promtool, wait_for
 
 SKIP_MODEL_GATES = {"skip": ["eval", "workload"]}
 

@@ -13,8 +13,8 @@ from appliance.config.compose import compose_config
 from appliance.errors import ConfigError
 from appliance.plan import build_plan
 from appliance.runtime.supervisor import engine_environment
+from testkit.helpers import COMPOSING_EXAMPLES
 
-from .helpers import COMPOSING_EXAMPLES
 from .test_validate import MATRIX
 
 TOKENS = ["hf_" + "a1B2" * 9, "sk-" + "x9" * 12, "ghp_" + "Z" * 36, "AKIA" + "ABCDEFGHIJKLMNOP"]

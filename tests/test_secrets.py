@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import Cli
+from testkit.helpers import Cli
 
 SECRETS = {
     "HF_TOKEN": "hf_planted_hub_secret",
@@ -64,8 +64,7 @@ def test_no_written_file_holds_a_secret_value(cli: Cli, tmp_path: Path) -> None:
 
 def test_a_generated_control_token_file_is_0600(tmp_path: Path) -> None:
     from appliance.serve import control_token
-
-    from .helpers import cpu_plan
+    from testkit.helpers import cpu_plan
 
     token = control_token(cpu_plan(tmp_path), environ={})
     assert token.file is not None and token.file.stat().st_mode & 0o777 == 0o600

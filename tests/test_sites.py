@@ -8,8 +8,7 @@ from pathlib import Path
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.deploy.sites import list_sites, plan_sites
 from appliance.host.discovery import discover_host
-
-from .helpers import Cli
+from testkit.helpers import Cli
 
 
 def fleet_dir(tmp_path: Path) -> Path:

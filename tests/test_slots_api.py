@@ -1,4 +1,4 @@
-"""The slots control API over real supervisors and real child processes (tests/fake_engine.py,
+"""The slots control API over real supervisors and real child processes (testkit/fake_engine.py,
 so the routes can be checked in seconds; tests/test_slots_serve.py does the same on vLLM):
 GET /slots, each slot's routes under /slots/<slot>/, the token, and the root's 404."""
 
@@ -14,9 +14,8 @@ from appliance.control.client import ControlClient, Target, slot_target
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import fake_plan, wait_for
-from .recorded_appliance import serving_here
+from testkit.helpers import fake_plan, wait_for
+from testkit.recorded_appliance import serving_here
 
 TOKEN = "slots-token"
 

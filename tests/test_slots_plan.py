@@ -14,8 +14,7 @@ from appliance.compat.matrix import CompatibilityMatrix
 from appliance.errors import ConfigError
 from appliance.slots.declare import load_slots
 from appliance.slots.plan import VISIBILITY, HostPlan, plan_host
-
-from .helpers import Cli
+from testkit.helpers import Cli
 
 
 def host_plan(matrix: CompatibilityMatrix, name: str, *overrides: str, cpus: tuple[int, ...] = (0, 1)) -> HostPlan:

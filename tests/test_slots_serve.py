@@ -19,12 +19,11 @@ from textual.widgets import DataTable
 
 from appliance.control.client import ApiError, ControlClient, SyncControlClient, Target, expand_slots, slot_target
 from appliance.control.documents import SlotsDocument, StateDocument
+from testkit.appliance_process import openai_client, seed_tiny_model
+from testkit.console_pilot import until
+from testkit.helpers import free_ports, group_gone
 from tui.app import make_console
 from tui.screens.fleet import FleetScreen
-
-from .appliance_process import openai_client, seed_tiny_model
-from .console_pilot import until
-from .helpers import free_ports, group_gone
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 SLOTS = ("left", "right")

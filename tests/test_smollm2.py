@@ -21,9 +21,8 @@ import yaml
 
 from appliance.resources import build_dir
 from appliance.serve import RECIPES, ensure_model
-
-from .appliance_process import Served, running_appliance, serve_command
-from .helpers import Cli, cpu_plan, free_ports
+from testkit.appliance_process import Served, running_appliance, serve_command
+from testkit.helpers import Cli, cpu_plan, free_ports
 
 pytestmark = pytest.mark.engine  # every test runs the CPU engine's interpreter (the conftest gate)
 MODEL = "appliance/smollm2-135m-instruct"

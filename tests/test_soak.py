@@ -12,8 +12,7 @@ import pytest
 
 from appliance.control.client import Target
 from bench.soak import soak
-
-from .appliance_process import API_KEY, KEY_ENV, Served
+from testkit.appliance_process import API_KEY, KEY_ENV, Served
 
 DURATION_S = 60.0
 RESTART_AT_S = 15.0

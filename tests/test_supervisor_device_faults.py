@@ -1,7 +1,7 @@
 """Device faults end a boot at once with a cause and a next step; reset_once resets, retries, then quarantines.
 
 The engine here is a real child process: the real ttnn wheel opening a device on this board-less
-host, or tests/replay_engine.py printing a line from the public record (no machine here can fail
+host, or testkit/replay_engine.py printing a line from the public record (no machine here can fail
 the way a Tenstorrent board does).
 """
 
@@ -16,8 +16,7 @@ from pathlib import Path
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import REPLAY_ENGINE, fake_plan, group_gone, wait_for
+from testkit.helpers import REPLAY_ENGINE, fake_plan, group_gone, wait_for
 
 FABRIC = (
     "2026-08-24 22:39:51.216 | critical |          Always | TT_THROW: Fabric Router Sync: Timeout after 10000 ms on "

@@ -18,8 +18,7 @@ from appliance.control.api import state_document
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
-
-from .helpers import DATA, REPLAY_ENGINE, fake_plan, group_gone, wait_for
+from testkit.helpers import DATA, REPLAY_ENGINE, fake_plan, group_gone, wait_for
 
 S = EngineState
 
@@ -30,7 +29,7 @@ IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 @pytest.fixture
 def supervisor(tmp_path: Path) -> Iterator[Factory]:
-    """Supervisors of tests/fake_engine.py with the given arguments; their logs close at teardown."""
+    """Supervisors of testkit/fake_engine.py with the given arguments; their logs close at teardown."""
     logs: list[EngineLog] = []
 
     def make(*fake_args: str, **kw: Any) -> EngineSupervisor:
@@ -132,7 +131,7 @@ async def test_an_engine_ignoring_sigterm_is_killed_after_the_grace_period(super
 
 
 async def test_a_drain_the_engine_reports_finished_ends_stop_grace_s_later(supervisor: Factory) -> None:
-    """The engine prints vLLM's recorded drain (tests/data/vllm-cpu-drain.log), then stalls in its teardown:
+    """The engine prints vLLM's recorded drain (testkit/data/vllm-cpu-drain.log), then stalls in its teardown:
     the group is killed stop_grace_s after the drain's last request, not after the whole shutdown_timeout_s."""
     sup = supervisor("--sigterm-log", str(DATA / "vllm-cpu-drain.log"), "--child", shutdown_timeout_s=600.0)
     run = asyncio.create_task(sup.run())

@@ -1,6 +1,6 @@
 """How others see the supervisor: a frozen snapshot, a subscription, a bounded event history.
 
-Against a real supervisor of tests/fake_engine.py, which boots through loading and warming in
+Against a real supervisor of testkit/fake_engine.py, which boots through loading and warming in
 well under a second.
 """
 
@@ -16,8 +16,7 @@ import pytest
 from appliance.runtime.engine_log import EngineLog
 from appliance.runtime.lifecycle import EngineEvent, EngineState
 from appliance.runtime.supervisor import HISTORY, EngineSupervisor, SupervisorSnapshot
-
-from .helpers import fake_plan, wait_for
+from testkit.helpers import fake_plan, wait_for
 
 S = EngineState
 

@@ -13,8 +13,7 @@ from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.deploy.systemd import UNIT_PATHS, render_systemd, with_unit_paths
 from appliance.plan import build_plan
-
-from .helpers import Cli
+from testkit.helpers import Cli
 
 MAX_EXPOSURE = 2.0  # issue 41: the delegated cgroup (engine.host_share) keeps the unit at 2.0 or below
 CONFIGS = {"tt": ("+model=llama", "mesh=t3k"), "cpu": ()}

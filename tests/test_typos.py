@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import Cli, Ran
+from testkit.helpers import Cli, Ran
 
 CPU_PAIR = Path(__file__).parent.parent / "conf" / "slots" / "cpu-pair.yaml"
 

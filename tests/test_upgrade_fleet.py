@@ -11,7 +11,7 @@ In order, on the same two appliances:
    and SmolLM2 pinned at a hub revision served by a real nginx mirror) passes every gate on both, one at a time, with
    the weights fetched and verified on both before the first is drained;
 3. an appliance killed in the middle of an upgrade comes back on the generation it served before.
-The client loses no request in 0, 1 and 2. The gates run a short eval set (tests/data/eval-upgrade-gate.yaml) and
+The client loses no request in 0, 1 and 2. The gates run a short eval set (testkit/data/eval-upgrade-gate.yaml) and
 a short workload run; their tolerances are wide because both appliances share two busy cores. The mirror publishes
 the embedded SmolLM2 (the files the appliances' model step built) in the hub's layout: the same weights under the
 hub's name, so the gates compare like with like.
@@ -39,11 +39,12 @@ from appliance.control.documents import StateDocument
 from appliance.resources import build_dir
 from appliance.rollout.environments import build_environment, pins_hash
 from appliance.weights.layout import entry_dir, stamp_file
+from testkit.appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
+from testkit.helpers import cpu_plan, free_port
+from testkit.paths import DATA
+from testkit.weights_mirror import Mirror, Nginx, publish, running_nginx
 
-from .appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
-from .helpers import cpu_plan, free_port
 from .test_roll_fetch import CHECKPOINT, pinned
-from .weights_mirror import Mirror, Nginx, publish, running_nginx
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 ANSIBLE = ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
@@ -51,7 +52,7 @@ APPLIANCE = str(ROOT / ".venv" / "bin" / "appliance")
 BODY = {"model": "appliance/smollm2-135m-instruct", "prompt": "The capital of France is", "max_tokens": 8}
 GATES = [
     "--eval-set",
-    str(Path(__file__).parent / "data" / "eval-upgrade-gate.yaml"),
+    str(DATA / "eval-upgrade-gate.yaml"),
     "--eval-tolerance",
     "0.25",
     "--load-duration-s",

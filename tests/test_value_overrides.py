@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from appliance.config.compose import CONF_DIR, compose_tree, composition_inputs, group_options
 from appliance.config.problems import hydra_problem
 from appliance.errors import ConfigError
+from testkit.helpers import COMPOSING_EXAMPLES
 
-from .helpers import COMPOSING_EXAMPLES
 from .test_bad_input import KEYS, VALUES
 
 Outcome = tuple[dict[str, Any], dict[str, str]] | str

@@ -6,7 +6,7 @@ engine's 4xx while the engine goes on serving.
 The model's weights are random (no registry package carries a vision model's weights: models/tiny_vl.yaml), so
 its answers are not judged; its processor and chat template are Qwen2.5-VL's real ones, recorded in
 build/models/tiny_vl.yaml, and the prediction is made by transformers' Qwen2_5_VLProcessor in the engine's
-interpreter (tests/engine_side/processor_tokens.py), not by a formula of this test's.
+interpreter (testkit/engine_side/processor_tokens.py), not by a formula of this test's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import struct
 import subprocess
 import zlib
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,13 +26,13 @@ from appliance.data_urls import ImageFormat, data_url
 from appliance.plan import LaunchPlan
 from appliance.quality.evalset import VISION_EVAL_SET
 from appliance.rollout.gates import EvalMode, GateSettings, eval_mode, judge, measure
-
-from .appliance_process import MODEL, Served
-from .helpers import cpu_plan
-from .media_hosts import image_host
+from testkit.appliance_process import MODEL, Served
+from testkit.helpers import cpu_plan
+from testkit.media_hosts import image_host
+from testkit.paths import ENGINE_SIDE
 
 VISION_MODEL = "appliance/tiny-qwen2.5-vl"
-PREDICT = Path(__file__).parent / "engine_side" / "processor_tokens.py"
+PREDICT = ENGINE_SIDE / "processor_tokens.py"
 
 
 def image_url(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), fmt: ImageFormat = "png") -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from .helpers import Cli, free_port
-from .weights_mirror import Mirror, Nginx, mirror_files, publish, running_nginx
+from testkit.helpers import Cli, free_port
+from testkit.weights_mirror import Mirror, Nginx, mirror_files, publish, running_nginx
 
 CHECKPOINT = "HuggingFaceTB/SmolLM2-135M-Instruct"
 REVISION = hashlib.sha1(b"smollm2 as the site pinned it").hexdigest()

@@ -1,6 +1,6 @@
 """Fetching a revision into the store from a real nginx mirror: resumed, retried, checked, atomic.
 
-Each test runs its own nginx (tests/weights_mirror.py) and reads its access log to see what was asked.
+Each test runs its own nginx (testkit/weights_mirror.py) and reads its access log to see what was asked.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from appliance.weights.lock import Lock, write_lock
 from appliance.weights.progress import FetchDisplay, FetchProgress
 from appliance.weights.source import HttpSource, Token, open_source
 from appliance.weights.verify import is_partial, verify
-
-from .helpers import free_port
-from .weights_mirror import (
+from testkit.helpers import free_port
+from testkit.weights_mirror import (
     CHECKPOINT,
     OLD_REVISION,
     REVISION,

@@ -14,8 +14,7 @@ from appliance.weights.layout import lock_path
 from appliance.weights.lock import lock_digest, read_lock, write_lock
 from appliance.weights.names import check_checkpoint, check_file_path, check_revision
 from appliance.weights.source import FolderSource, HttpSource, Token, open_source
-
-from .weights_mirror import CHECKPOINT, REVISION, lock_for, mirror_files
+from testkit.weights_mirror import CHECKPOINT, REVISION, lock_for, mirror_files
 
 
 def test_a_lock_written_is_read_back_the_same_from_its_place_in_the_locks_folder(tmp_path: Path) -> None:

@@ -17,9 +17,17 @@ from appliance.weights.lock import Lock, write_lock
 from appliance.weights.source import FolderSource, HttpSource
 from appliance.weights.store import list_store, prune
 from appliance.weights.verify import is_partial, verify
-
-from .helpers import free_port
-from .weights_mirror import CHECKPOINT, OLD_CONFIG, OLD_REVISION, REVISION, Mirror, Nginx, build_mirror, running_nginx
+from testkit.helpers import free_port
+from testkit.weights_mirror import (
+    CHECKPOINT,
+    OLD_CONFIG,
+    OLD_REVISION,
+    REVISION,
+    Mirror,
+    Nginx,
+    build_mirror,
+    running_nginx,
+)
 
 NAME = f"{CHECKPOINT}@{REVISION}"
 

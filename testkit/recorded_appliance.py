@@ -1,6 +1,6 @@
 """The recorded appliance: the real control API (`create_app`) over real HTTP, fed with captures.
 
-The captures in tests/data/console/ were taken from a live `appliance serve` on the CPU engine
+The captures in testkit/data/console/ were taken from a live `appliance serve` on the CPU engine
 (see the README there). What their real sources cannot give twice alike enters at the API's
 seams (`Sources`, and the supervisor it is handed):
 - the engine: an httpx.MockTransport answering each GET /metrics with the next recorded page (the

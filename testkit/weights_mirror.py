@@ -12,7 +12,7 @@ the server was asked. Locations beside the plain mirror inject the faults:
     /reset/     closes every connection without an answer (nginx's 444)
     /error/     HTTP 500 to everything
 
-Run as a script (`python tests/weights_mirror.py BASE STORE LOCK`) it is a fetch in a child process, for the
+Run as a script (`python testkit/weights_mirror.py BASE STORE LOCK`) it is a fetch in a child process, for the
 tests that kill one or run two at once; it imports only the appliance, so it starts quickly.
 """
 
@@ -263,7 +263,7 @@ def child_fetch(base: str, store: Path, lock: Path) -> subprocess.Popen[bytes]:
 def lock_for(files: dict[str, bytes], revision: str = REVISION) -> Lock:
     """The lock a first fetch of `files` records."""
     locked = tuple(LockedFile(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in sorted(files.items()))
-    return Lock(CHECKPOINT, revision, datetime.now(UTC), "tests/weights_mirror.py", locked)
+    return Lock(CHECKPOINT, revision, datetime.now(UTC), "testkit/weights_mirror.py", locked)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A real child process that prints a recorded engine log, then keeps running like a device init that retries.
 
 The fault-ladder tests use it for device faults no machine here can produce: the lines are the
-public record's (tests/data/faults/recorded-lines.tsv) or a recorded log file.
+public record's (testkit/data/faults/recorded-lines.tsv) or a recorded log file.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A real HTTP server that answers chat requests with images as vLLM 0.32 did, from its recorded answers.
 
-The answers are tests/data/vllm-cpu-vision-exchanges.json, recorded from vLLM's OpenAI server
+The answers are testkit/data/vllm-cpu-vision-exchanges.json, recorded from vLLM's OpenAI server
 (its `source` says which); this server only picks which one a request earns, by the checks vLLM
 made before answering them: more images than the limit, a `data:` URL that is not base64, bytes
 Pillow cannot open, an image sent to a text-only model. A request that passes gets vLLM's recorded

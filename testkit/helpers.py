@@ -83,7 +83,7 @@ def cpu_plan(tmp_path: Path, *overrides: str, model: str = "tiny") -> LaunchPlan
 
 
 def fake_plan(tmp_path: Path, *fake_args: str, ready_timeout_s: float = 20.0, **supervisor: Any) -> LaunchPlan:
-    """The tiny model's plan with its argv pointed at tests/fake_engine.py on a free port."""
+    """The tiny model's plan with its argv pointed at testkit/fake_engine.py on a free port."""
     plan = cpu_plan(tmp_path)
     port = free_port()
     base = f"http://127.0.0.1:{port}"

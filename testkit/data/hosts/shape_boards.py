@@ -6,7 +6,7 @@ advances, tt_therm_trip_count, temp1_input in millidegrees C, power1_input in mi
 milliamps, in0_input in millivolts); the snapshots follow tt-smi's `tt_smi/log.py` schema as summarised in
 tt-serving-anchors.md (appendix): numbers as preformatted strings, an n300 as two chips `n300 L`/`n300 R`.
 The values are plausible idle readings, not measurements. Run it from the repository root to rewrite them:
-`python tests/data/hosts/shape_boards.py`.
+`python testkit/data/hosts/shape_boards.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ HERE = Path(__file__).parent
 SMI = HERE.parent / "tt-smi"
 
 # tree: (card type, boards, firmware, KMD, hwmon name, idle aiclk MHz, base temperature C, power W, serial base)
-HOSTS = {
+Spec = tuple[str, int, str, str, str, int, float, float, int]
+HOSTS: dict[str, Spec] = {
     "n150": ("n150", 1, "18.10.0", "2.5.0", "wormhole", 500, 45.2, 21.3, 1000165127020),
     "n300": ("n300", 1, "18.6.0", "2.4.1", "wormhole", 500, 43.6, 38.9, 1000185117090),
     "t3k": ("n300", 4, "18.6.0", "2.1.0", "wormhole", 500, 44.1, 41.0, 1000185117002),
@@ -37,7 +38,7 @@ def write(path: Path, text: str, keep: bool = False) -> None:
     path.write_text(text + "\n" if text else "")
 
 
-def board_tree(root: Path, spec: tuple, index: int) -> None:
+def board_tree(root: Path, spec: Spec, index: int) -> None:
     card, _, firmware, _, hwmon_name, aiclk, temp, power, serial = spec
     node = root / "sys" / "class" / "tenstorrent" / f"tenstorrent!{index}"
     t = temp + 0.7 * index
@@ -70,7 +71,7 @@ def board_tree(root: Path, spec: tuple, index: int) -> None:
         write(hwmon / name, value)
 
 
-def host_tree(name: str, spec: tuple) -> None:
+def host_tree(name: str, spec: Spec) -> None:
     root = HERE / name
     boards, kmd = spec[1], spec[3]
     for index in range(boards):
@@ -89,7 +90,7 @@ def host_tree(name: str, spec: tuple) -> None:
         write(root / "proc" / "meminfo", "MemTotal:       1056551120 kB\nMemAvailable:   1002460224 kB")
 
 
-def chips(spec: tuple) -> list[tuple[int, str]]:
+def chips(spec: Spec) -> list[tuple[int, str]]:
     """(board index, tt-smi board_type) per chip: an n300 is two chips."""
     card, boards = spec[0], spec[1]
     if card == "n300":
@@ -97,7 +98,7 @@ def chips(spec: tuple) -> list[tuple[int, str]]:
     return [(b, card) for b in range(boards)]
 
 
-def snapshot(name: str, spec: tuple) -> None:
+def snapshot(name: str, spec: Spec) -> None:
     card, _, firmware, kmd, _, aiclk, temp, power, serial = spec
     devices = []
     for chip, (board, board_type) in enumerate(chips(spec)):

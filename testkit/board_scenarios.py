@@ -1,4 +1,4 @@
-"""Play a recorded board scenario (tests/data/boards/*.yaml) into a copy of its host tree, sample by sample."""
+"""Play a recorded board scenario (testkit/data/boards/*.yaml) into a copy of its host tree, sample by sample."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 `fake_gate.py PROBE gate MARKER -- ARGS` is the probe's gate: told `judge`, it prints a verdict (refused when ARGS
 hold `--refuse`; no verdict and exit 1 with `--crash`; none at all with `--hang`), and told `go` becomes
-tests/fake_engine.py with ARGS in this same process (exec). `fake_gate.py -m MODULE ARGS` is the plain command line a
+testkit/fake_engine.py with ARGS in this same process (exec). `fake_gate.py -m MODULE ARGS` is the plain command line a
 restart runs: the fake engine at once.
 """
 
