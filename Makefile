@@ -19,15 +19,15 @@ NGINX := /usr/sbin/nginx
 # Prometheus and promtool (Debian's prometheus): the tests check and unit-test the rendered config and rules with
 # promtool, and scrape a real appliance with Prometheus.
 PROMETHEUS := /usr/bin/prometheus
-# Debian's chromium: the docs test opens the built site in it, headless (tests/test_docs_site.py).
+# Debian's chromium: the docs test opens the built site in it, headless (tests/docs/test_docs_site.py).
 CHROMIUM := /usr/bin/chromium
 # systemd's tools (Debian's systemd): the tests verify the rendered unit and rate its sandbox with them.
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
-# checkov, the manifests' policy check (tests/test_k8s_hardening.py), in a venv of its own: its
+# checkov, the manifests' policy check (tests/deploy/test_k8s_hardening.py), in a venv of its own: its
 # dependencies (boto3, networkx, aiohttp and many more) are no business of the appliance's pins.
 CHECKOV_VERSION := 3.3.30
 CHECKOV := .tools/checkov
-# ansible-core, which rolls a site's upgrade (tests/test_upgrade_fleet.py), in a venv of its own: 2.19 is the
+# ansible-core, which rolls a site's upgrade (tests/rollout/test_upgrade_fleet.py), in a venv of its own: 2.19 is the
 # last series that runs on Python 3.11.
 ANSIBLE_VERSION := 2.19.14
 ANSIBLE := .tools/ansible
@@ -185,7 +185,7 @@ bench: setup engine-cpu
 
 # The reliability soak (bench/soak.py): 10 minutes of the mixed workload on the embedded default, the console's poller
 # and `appliance status` attached, one engine restart; its figures printed and written to .cache/soak-<time>/, and
-# exit 1 naming each target missed. The short form: make soak SOAK_ARGS="--duration 60" (tests/test_soak.py runs one).
+# exit 1 naming each target missed. The short form: make soak SOAK_ARGS="--duration 60" (tests/bench/test_soak.py runs one).
 SOAK_ARGS ?=
 soak: setup engine-cpu
 	PYTHONPATH=. $(BIN)/python bench/soak.py --duration 600 $(SOAK_ARGS)

@@ -6,10 +6,10 @@ Halfway through (`--restart-at`), the engine is restarted once through the contr
 Prints, and writes to `--out` (soak.txt as printed, soak.json, and the load test's report.json): the appliance
 process's RSS and open fds every 10 polls, their growth, the console polls and status calls (and how many failed),
 the restart's downtime, and the requests by outcome before, during and after the restart (with no balancer in
-front, requests sent while the engine restarts are refused: `tests/test_gateway.py` is the zero-error case).
+front, requests sent while the engine restarts are refused: `tests/deploy/test_gateway.py` is the zero-error case).
 Targets, checked at the end (exit 1 naming each one missed): RSS and fds flat (growth within RSS_GROWTH_MIB and
 FD_GROWTH), no request failed outside the restart window, every poll and status call answered, the engine ready
-again after its restart. tests/test_soak.py runs `soak` for a minute on the engine tier's restartable appliance.
+again after its restart. tests/bench/test_soak.py runs `soak` for a minute on the engine tier's restartable appliance.
 Run from the repository root: `make soak` (10 minutes of the embedded default, smollm2), or its short form
 `make soak SOAK_ARGS="--duration 60"`.
 """

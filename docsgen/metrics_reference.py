@@ -2,7 +2,7 @@
 
 appliance/control/metrics.py is the one source: each `Gauge`, `Counter`, `Enum` and metric family it makes names
 its series and its help text. Some exist only in some states (a boot's ETA, an upgrade's generations), so one
-scrape cannot list them all: the declarations are read with `ast` (tests/test_docs_reference.py checks a real
+scrape cannot list them all: the declarations are read with `ast` (tests/docs/test_docs_reference.py checks a real
 scrape shows nothing else).
 """
 

@@ -41,7 +41,7 @@ CAPABILITY_OVERRIDES = (
 )
 """Capabilities away from the defaults, which the restartable appliance runs with: prefix caching on,
 chunked prefill off, a variable vLLM does not read, a KV pool the CPU platform replaces with its own
-(tests/test_effective.py reads what the engine says it enabled)."""
+(tests/observe/test_effective.py reads what the engine says it enabled)."""
 
 # The engine tier's shared appliances. The read-only one logs per-step details and stats every
 # second (the console's scheduler view reads both) and runs from an operator's directory holding a

@@ -169,5 +169,5 @@ def snapshot(name: str, spec: Spec) -> None:
 if __name__ == "__main__":
     for host, spec in HOSTS.items():
         host_tree(host, spec)
-        if host != "t3k":  # the T3K snapshot predates this script (tests/test_host.py reads it as recorded)
+        if host != "t3k":  # the T3K snapshot predates this script (tests/host/test_host.py reads it as recorded)
             snapshot(host, spec)
