@@ -2,7 +2,7 @@
 
 A config's bucket comes from its findings: some mean no serving setting can help (the model has no row
 on the mesh, the plugin state has no class for it, or no finding names a change: `Problem.change` is empty),
-the rest name the change that fixes them, as overrides an operator can apply (tests/test_fix_convergence.py
+the rest name the change that fixes them, as overrides an operator can apply (tests/compat/test_fix_convergence.py
 applies them over the whole matrix and fails on any chain that does not end, or ends where it began). A matrix
 row's bucket comes from its own defaults under a plugin state, without composing a config.
 """

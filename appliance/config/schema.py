@@ -51,7 +51,7 @@ EngineKind = Literal["tt", "cpu"]
 _STRICT: ConfigDict = {"extra": "forbid"}
 _STRICT_TEXT: ConfigDict = {**_STRICT, "coerce_numbers_to_str": True}
 
-# The range of every value, enforced when a composition is parsed (tests/test_schema_ranges.py walks them).
+# The range of every value, enforced when a composition is parsed (tests/config/test_schema_ranges.py walks them).
 Port = Annotated[int, Bound(ge=1, le=65535)]
 Seconds = Annotated[float, Bound(gt=0)]
 Count = Annotated[int, Bound(ge=1)]

@@ -7,7 +7,7 @@ loader over every file) and depends on the group overrides alone. So compose.py 
 selections once, keeps that tree unresolved in the composition cache, and an operator's next value
 edit (`serving.port=8101`) runs only the second step: `ConfigLoaderImpl._apply_overrides_to_config`,
 the function Hydra's compose calls, so the result and every error message are Hydra's. That function
-is private to Hydra: tests/test_value_overrides.py checks generated override sets against one whole
+is private to Hydra: tests/config/test_value_overrides.py checks generated override sets against one whole
 composition, so a Hydra release that changes it fails there.
 
 An override is applied here only where Hydra could not take it for a group: a key that names no

@@ -61,7 +61,7 @@ TRANSITIONS: dict[EngineState, frozenset[EngineState]] = {
     _S.RESTARTING: frozenset({_S.STARTING, _S.DRAINING, _S.STOPPED, _S.FAILED}),
 }
 
-# Boot-phase markers in vLLM's own log lines (checked against tests/data/vllm-cpu-boot.log).
+# Boot-phase markers in vLLM's own log lines (checked against testkit/data/vllm-cpu-boot.log).
 _PHASES: tuple[tuple[re.Pattern[str], EngineState], ...] = (
     (re.compile(r"Starting to load model|Loading model from"), _S.LOADING),
     (re.compile(r"Model loading took|Loading weights took|init engine \(profile"), _S.WARMING),
@@ -74,7 +74,7 @@ def phase_from_log(line: str) -> EngineState | None:
 
 
 # vLLM's EngineCore once a drain has finished every request; its teardown can then stall for the
-# whole --shutdown-timeout on a worker that will not exit (recorded: vllm-cpu 0.32.0, tests/data).
+# whole --shutdown-timeout on a worker that will not exit (recorded: vllm-cpu 0.32.0, testkit/data).
 _DRAIN_FINISHED = re.compile(r"EngineCore: request processing complete")
 
 
