@@ -5,7 +5,6 @@ Pure: no I/O, no host access. vLLM flag names appear only in this module.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from pydantic_core import to_jsonable_python
 
 from appliance.compat.adjust import PlannedAdjustment, dropped_features, plugin_adjustments
 from appliance.compat.contract import extra_args_without, flag_names
+from appliance.compat.engine_flags import PlannedFlags, command_args, flag_row
 from appliance.compat.images import ImageLimits
 from appliance.compat.media import DOWNLOAD_CAP_VAR, MediaPolicy, media_policy
 from appliance.compat.reads import check_plan_reads
@@ -246,21 +246,22 @@ def _flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def _refuse_repeats(own: list[str], extra: tuple[str, ...]) -> None:
-    """engine.extra_args may not repeat a flag the plan emits: vLLM takes the last one, so the engine would run
-    otherwise than the plan says (the keys that own the common ones are named by validate; this catches the rest)."""
-    emitted = {a for a in own if a.startswith("--")}
-    repeated = [flag for flag, _ in flag_names(extra) if flag in emitted]
+    """engine.extra_args may not repeat a flag the plan wrote, in any spelling: vLLM takes the last one, so the engine
+    would run otherwise than the plan says (validation names the key of a flag a key always owns; this catches the
+    flags the plan writes only in some configs)."""
+    written = {row.flag for token in own if (row := flag_row(token)) is not None}
+    repeated = {flag: row for flag, _ in flag_names(extra) if (row := flag_row(flag)) and row.flag in written}
     if repeated:
         raise ConfigError(
             tuple(
                 Problem(
                     code="flag-owned-by-config",
                     key="engine.extra_args",
-                    message=f"{flag} is set by the plan from the config",
+                    message=f"{flag} is set by the plan from {row.key}",
                     fix=f"Remove {flag}: the plan shows the value it sets (`appliance plan`)",
                     change=extra_args_without(extra, flag),
                 )
-                for flag in dict.fromkeys(repeated)
+                for flag, row in repeated.items()
             )
         )
 
@@ -282,72 +283,59 @@ def _media(v: ValidatedConfig, state_dir: str) -> MediaPolicy | None:
 
 
 def _engine_args(v: ValidatedConfig, model_path: str, served: str, media: MediaPolicy | None) -> list[str]:
-    """The appliance's own flags (engine.extra_args follow them in argv)."""
-    cfg = v.config
-    args = [
-        "--model",
-        model_path,
-        "--served-model-name",
-        served,
-        "--host",
-        cfg.serving.host,
-        "--port",
-        str(cfg.serving.port),
-        "--max-model-len",
-        str(v.max_context),
+    """The appliance's own flags, written by the flag table (engine.extra_args follow them in argv)."""
+    cfg, images = v.config, v.images
+    chunked = _chunked_prefill_flag(v)
+    planned = PlannedFlags(
+        model=model_path,
+        served_model_name=served,
+        host=cfg.serving.host,
+        port=cfg.serving.port,
+        max_model_len=v.max_context,
         # vLLM counts sequences per data-parallel rank or lane; the config counts the whole system.
-        "--max-num-seqs",
-        str(v.max_concurrency // v.data_parallel),
-        "--enable-prefix-caching" if cfg.features.prefix_caching else "--no-enable-prefix-caching",
-        "--async-scheduling" if cfg.features.async_decode else "--no-async-scheduling",
+        max_num_seqs=v.max_concurrency // v.data_parallel,
+        enable_prefix_caching=cfg.features.prefix_caching,
+        async_scheduling=cfg.features.async_decode,
         # A drain lets in-flight requests finish; the supervisor kills the group after stop_grace_s more.
-        "--shutdown-timeout",
-        str(int(cfg.supervisor.shutdown_timeout_s)),
-    ]
-    if v.data_parallel > 1:
-        args += ["--data-parallel-size", str(v.data_parallel)]
-    if v.engine == "tt" and v.tt_options:
-        args += ["--additional-config", json.dumps({"tt": dict(v.tt_options)}, sort_keys=True)]
-    if cfg.features.speculative != "off":
-        spec = {"method": cfg.features.speculative, "num_speculative_tokens": cfg.features.speculative_tokens}
-        args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
-    if _phased(v):
-        scheduler = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
-        args += ["--scheduler-cls", f"{PHASED_MODULE}.{scheduler}"]
-    return args + _chunked_prefill_args(v) + (_image_args(v.images) if v.images else []) + _media_args(media)
+        shutdown_timeout=int(cfg.supervisor.shutdown_timeout_s),
+        data_parallel_size=v.data_parallel if v.data_parallel > 1 else None,
+        additional_config={"tt": dict(v.tt_options)} if v.engine == "tt" and v.tt_options else None,
+        speculative_config=_speculative(v),
+        scheduler_cls=f"{PHASED_MODULE}.{_phased_class(v)}" if _phased(v) else None,
+        enable_chunked_prefill=chunked,
+        max_num_batched_tokens=_whole_prompt_budget(v) if chunked is False else None,
+        # A vision model: video 0, since vLLM defaults an unset modality to 999 and the TT plugin fails on one inside
+        # the engine loop; the pixel cap where the family's processor takes one.
+        limit_mm_per_prompt=images.engine_limits() if images else None,
+        mm_processor_kwargs=dict(images.processor_kwargs) if images and images.processor_kwargs else None,
+        mm_processor_cache_gb=images.processor_cache_gb if images else None,
+        # An empty --allowed-media-domains would mean any host to vLLM: the gate refuses every remote URL then.
+        allowed_media_domains=media.allowed_hosts if media else (),
+        allowed_local_media_path=media.local_dir if media else None,
+    )
+    return command_args(planned)
 
 
-def _image_args(images: ImageLimits) -> list[str]:
-    """A vision model's limits: video 0, since vLLM defaults an unset modality to 999 and the TT plugin fails on
-    one inside the engine loop; the pixel cap where the family's processor takes one."""
-    args = ["--limit-mm-per-prompt", json.dumps(images.engine_limits(), sort_keys=True)]
-    if images.processor_kwargs:
-        args += ["--mm-processor-kwargs", json.dumps(dict(images.processor_kwargs), sort_keys=True)]
-    if images.processor_cache_gb is not None:
-        args += ["--mm-processor-cache-gb", f"{images.processor_cache_gb:g}"]
-    return args
+def _speculative(v: ValidatedConfig) -> dict[str, Any] | None:
+    features = v.config.features
+    if features.speculative == "off":
+        return None
+    return {"method": features.speculative, "num_speculative_tokens": features.speculative_tokens}
 
 
-def _media_args(media: MediaPolicy | None) -> list[str]:
-    """vLLM's own media limits (an empty --allowed-media-domains would mean any host to vLLM: the gate refuses
-    every remote URL then)."""
-    if media is None:
-        return []
-    hosts = ["--allowed-media-domains", *media.allowed_hosts] if media.allowed_hosts else []
-    return [*hosts, "--allowed-local-media-path", media.local_dir]
+def _phased_class(v: ValidatedConfig) -> str:
+    return "AsyncPhasedScheduler" if v.config.features.async_decode else "PhasedScheduler"
 
 
-def _chunked_prefill_args(v: ValidatedConfig) -> list[str]:
-    """Chunked prefill as it will run: off with a whole-prompt budget wherever it will be off anyway.
+def _chunked_prefill_flag(v: ValidatedConfig) -> bool | None:
+    """Chunked prefill as it will run: off (with a whole-prompt budget) wherever it will be off anyway.
 
     The TT plugin switches it off (and raises the budget) for a class that cannot resume a split
     prefill; saying so in the plan keeps the plan the configuration that runs.
     """
     if v.chunked_prefill is False:
-        return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(_whole_prompt_budget(v))]
-    if v.config.features.chunked_prefill and v.engine == "cpu":
-        return ["--enable-chunked-prefill"]
-    return []
+        return False
+    return True if v.config.features.chunked_prefill and v.engine == "cpu" else None
 
 
 def _whole_prompt_budget(v: ValidatedConfig) -> int:
@@ -366,9 +354,7 @@ def _expected(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, Any]:
         "data_parallel_size": 1 if lanes else v.data_parallel,
         "enable_prefix_caching": cfg.features.prefix_caching and "prefix_caching" not in dropped,
         "async_scheduling": cfg.features.async_decode and "async_decode" not in dropped,
-        "speculative": None
-        if cfg.features.speculative == "off"
-        else {"method": cfg.features.speculative, "num_speculative_tokens": cfg.features.speculative_tokens},
+        "speculative": _speculative(v),
         "generation_config": "vllm" if v.engine == "tt" and _block_output(v) else "auto",
         "disable_any_whitespace": v.engine == "tt",  # the plugin forces compact JSON (adjustment compact_json)
     }
@@ -384,22 +370,14 @@ def _expected(v: ValidatedConfig, media: MediaPolicy | None) -> dict[str, Any]:
     if v.chunked_prefill is False:
         expected["max_num_batched_tokens"] = _whole_prompt_budget(v)
     if _phased(v):
-        expected["scheduler_cls"] = "AsyncPhasedScheduler" if cfg.features.async_decode else "PhasedScheduler"
+        expected["scheduler_cls"] = _phased_class(v)
     elif v.engine == "tt":
         expected["scheduler_cls"] = "TTLaneCoordinator" if lanes else "TTScheduler"
-    for flag, value in flag_names(v.extra_args):
-        if flag in _RAW_EXPECTED and value is not None:
-            expected[_RAW_EXPECTED[flag]] = _number(value)
+    for flag, value in flag_names(v.extra_args):  # raw flags the engine keeps as given, shown by the probe
+        row = flag_row(flag)
+        if row is not None and row.probe is not None and value is not None:
+            expected[row.probe] = _number(value)
     return expected
-
-
-# Raw engine.extra_args flags whose value the engine keeps as given, and the probe key that shows it.
-_RAW_EXPECTED = {
-    "--max-num-batched-tokens": "max_num_batched_tokens",
-    "--dtype": "dtype",
-    "--generation-config": "generation_config",
-    "--block-size": "block_size",
-}
 
 
 def _number(text: str) -> int | str:

@@ -38,11 +38,13 @@ def _generated() -> Iterator[tuple[str, str | bytes]]:
     from docsgen.cli_reference import cli_page
     from docsgen.codes_reference import codes_page, find_codes
     from docsgen.config_reference import config_page
+    from docsgen.flags_reference import flags_page
     from docsgen.metrics_reference import find_series, metrics_page
 
     yield "reference/cli.md", cli_page(COMMANDS, command_parser)
     yield "reference/config.md", config_page(ApplianceConfig, _embedded(), _options())
     yield "reference/codes.md", codes_page(find_codes(ROOT / "appliance"))
+    yield "reference/engine-flags.md", flags_page()
     yield "reference/metrics.md", metrics_page(find_series(ROOT / "appliance" / "control" / "metrics.py"))
     yield from pictures.terminal_pictures()
     yield from pictures.plot_pictures()

@@ -12,12 +12,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from appliance.compat.engine_flags import owned_flag
 from appliance.compat.state_set import PluginStates
 from appliance.compat.states import PluginState, TtKey
 from appliance.errors import Problem
 
 __all__ = [
-    "PLAN_OWNED_FLAGS",
     "ExtraArgs",
     "check_extra_args",
     "check_tt_env",
@@ -30,31 +30,6 @@ __all__ = [
     "unsupported_at",
 ]
 
-# Flags whose value comes from a config key; passing them raw would fight the plan.
-PLAN_OWNED_FLAGS: Mapping[str, str] = {
-    "--model": "model.checkpoint",
-    "--served-model-name": "model.served_name",
-    "--host": "serving.host",
-    "--port": "serving.port",
-    "--max-model-len": "serving.max_context",
-    "--max-num-seqs": "serving.max_concurrency",
-    "--data-parallel-size": "serving.data_parallel",
-    "-dp": "serving.data_parallel",
-    "--enable-prefix-caching": "features.prefix_caching",
-    "--no-enable-prefix-caching": "features.prefix_caching",
-    "--async-scheduling": "features.async_decode",
-    "--no-async-scheduling": "features.async_decode",
-    "--enable-chunked-prefill": "features.chunked_prefill",
-    "--no-enable-chunked-prefill": "features.chunked_prefill",
-    "--speculative-config": "features.speculative",
-    "--api-key": "serving.api_key_env",
-    "--shutdown-timeout": "supervisor.shutdown_timeout_s",
-    "--scheduler-cls": "engine.scheduler",
-    "--allowed-media-domains": "serving.allowed_media_domains",
-    "--allowed-local-media-path": "serving.local_media_dir",
-    "--limit-mm-per-prompt": "serving.max_images_per_prompt",
-    "--mm-processor-kwargs": "serving.max_image_pixels",
-}
 _ADDITIONAL = "--additional-config"
 
 
@@ -238,12 +213,12 @@ def check_extra_args(args: tuple[str, ...], engine: str, state: PluginState | No
     for flag, value in flag_names(args):
         if flag in refused:
             yield from _refused_flag(flag, value, *refused[flag], state, args)
-        elif flag in PLAN_OWNED_FLAGS:
+        elif (owner := owned_flag(flag)) is not None:
             yield Problem(
                 code="flag-owned-by-config",
                 key="engine.extra_args",
-                message=f"{flag} is set from {PLAN_OWNED_FLAGS[flag]}",
-                fix=f"Remove {flag} and set {PLAN_OWNED_FLAGS[flag]} instead",
+                message=f"{flag} is set from {owner.key}",
+                fix=f"Remove {flag} and set {owner.key} instead",
                 change=extra_args_without(args, flag),
             )
 

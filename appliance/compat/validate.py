@@ -18,8 +18,6 @@ from appliance.compat.contract import (
     check_extra_args,
     check_tt_env,
     check_tt_options,
-    extra_args_without,
-    flag_names,
     split_additional_config,
     unsupported_at,
 )
@@ -392,7 +390,8 @@ def _check_engine(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
 
 
 def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
-    """engine.scheduler=phased owns chunked prefill and the token budget; on TT it is the plugin's own."""
+    """engine.scheduler=phased owns chunked prefill and the token budget (the flag table refuses their flags in
+    engine.extra_args); on TT it is the plugin's own."""
     if cfg.engine.scheduler != "phased":
         return []
     if engine == "tt":
@@ -405,18 +404,7 @@ def _check_scheduler(cfg: ApplianceConfig, engine: EngineKind) -> list[Problem]:
                 severity="warning",
             )
         ]
-    owned = ("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--max-num-batched-tokens")
-    found = [
-        Problem(
-            code="flag-owned-by-config",
-            key="engine.extra_args",
-            message=f"{flag} is set by engine.scheduler=phased (no chunked prefill, a budget of max_context)",
-            fix=f"Remove {flag} or use engine.scheduler=default",
-            change=extra_args_without(cfg.engine.extra_args, flag),
-        )
-        for flag, _ in flag_names(cfg.engine.extra_args)
-        if flag in owned
-    ]
+    found: list[Problem] = []
     if cfg.features.chunked_prefill:
         found.append(
             Problem(

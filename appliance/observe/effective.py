@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from appliance.compat.engine_flags import read_back
 from appliance.errors import Problem
 from appliance.plan import LaunchPlan
 
@@ -48,20 +49,23 @@ class Capabilities:
 
 
 def requested(plan: LaunchPlan) -> Capabilities:
-    """What the plan asks for, including what it lists as the plugin's adjustments."""
-    argv = list(plan.argv)
+    """What the plan asks for, read back from its argv with the flag table, with what it lists as the plugin's
+    adjustments."""
+    flags = read_back(plan.argv)
+    spec = flags.get("speculative_config")
+    dp = flags.get("data_parallel_size", 1)
+    seqs = flags.get("max_num_seqs")
     values: dict[str, Any] = {
-        "prefix_caching": _switch(argv, "--enable-prefix-caching", "--no-enable-prefix-caching"),
-        "chunked_prefill": _switch(argv, "--enable-chunked-prefill", "--no-enable-chunked-prefill"),
-        "async_scheduling": _switch(argv, "--async-scheduling", "--no-async-scheduling"),
-        "max_model_len": _int_flag(argv, "--max-model-len"),
-        "max_num_batched_tokens": _int_flag(argv, "--max-num-batched-tokens"),
-        "kv_cache_memory_bytes": _int_flag(argv, "--kv-cache-memory-bytes"),
-        "speculative": _speculative_flag(argv),
+        "prefix_caching": flags.get("enable_prefix_caching"),
+        "chunked_prefill": flags.get("enable_chunked_prefill"),
+        "async_scheduling": flags.get("async_scheduling"),
+        "max_model_len": flags.get("max_model_len"),
+        "max_num_batched_tokens": flags.get("max_num_batched_tokens"),
+        "kv_cache_memory_bytes": flags.get("kv_cache_memory_bytes"),
+        "speculative": "off" if spec is None else str(spec.get("method", "on")) if isinstance(spec, dict) else "on",
+        "max_num_seqs": None if seqs is None else seqs * dp,
+        "data_parallel": 1 if plan.engine == "tt" and _lanes(plan) else dp,
     }
-    seqs, dp = _int_flag(argv, "--max-num-seqs"), _int_flag(argv, "--data-parallel-size") or 1
-    values["max_num_seqs"] = None if seqs is None else seqs * dp
-    values["data_parallel"] = 1 if plan.engine == "tt" and _lanes(plan) else dp
     adjusted = {a.id for a in plan.adjustments}
     if "compact_json" in adjusted:
         values["compact_json"] = True
@@ -75,23 +79,6 @@ def requested(plan: LaunchPlan) -> Capabilities:
 
 def _lanes(plan: LaunchPlan) -> bool:
     return any(a.id == "lane_dp_fold" for a in plan.adjustments)
-
-
-def _switch(argv: list[str], on: str, off: str) -> bool | None:
-    return True if on in argv else False if off in argv else None
-
-
-def _int_flag(argv: list[str], flag: str) -> int | None:
-    if flag in argv and argv.index(flag) + 1 < len(argv) and argv[argv.index(flag) + 1].isdigit():
-        return int(argv[argv.index(flag) + 1])
-    return None
-
-
-def _speculative_flag(argv: list[str]) -> str:
-    if "--speculative-config" not in argv:
-        return "off"
-    match = re.search(r'"method":\s*"([^"]+)"', argv[argv.index("--speculative-config") + 1])
-    return match.group(1) if match else "on"
 
 
 # What a log line says about a capability: pattern -> (field, value or the group to read).
