@@ -1,8 +1,8 @@
 """Build pinning: the engine environment against its pin manifest under build/<engine>/pins.yaml.
 
 A build that drifts from its manifest cannot be reproduced on the next host, and the TT plugin
-supports exactly one vLLM version per commit (tt-plugin-contract.md §6), so every difference is
-listed, not just the first.
+supports exactly one vLLM version per commit (tenstorrent/vllm-tt-plugin README.md@e3fc849, "Other
+vLLM versions are not tested"; build/tt/compat.yaml), so every difference is listed, not just the first.
 """
 
 from __future__ import annotations

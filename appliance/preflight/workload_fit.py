@@ -2,7 +2,8 @@
 
 The TT scheduler never mixes prefill and decode in one step and always prefers prefill; its
 async decode pipeline drains whenever a batch holds structured output, penalties or logprobs,
-and one such request moves a whole batch to host sampling (tt-plugin-contract.md §2.2, §5).
+and one such request moves a whole batch to host sampling (tenstorrent/vllm-tt-plugin@e3fc849:
+src/vllm_tt_plugin/scheduler.py TTScheduler, model_runner.py check_perform_device_sampling, docs/SCHEDULING.md).
 A backend can pass every other check and still miss a workload's latency targets because of
 this, so the check turns the mix into predicted effects. Request features are assumed to be
 drawn independently, as the load tester draws them.

@@ -4,7 +4,8 @@ Every step is prefill-only or decode-only, never mixed. When a prompt is waiting
 decodes sit out the step (prefill is preferred); if no prompt can be admitted, the step decodes
 instead of idling. Chunked prefill must be off (the plan passes --no-enable-chunked-prefill and
 a token budget of at least max_model_len), so a prompt is prefilled in one step.
-Source: ../shared/reference/tt-plugin-contract.md §5.1.
+Source: tenstorrent/vllm-tt-plugin@e3fc849: src/vllm_tt_plugin/scheduler.py (TTScheduler.schedule,
+_schedule_prefill_only, _schedule_decode_only) and docs/SCHEDULING.md ("Local scheduler policy").
 
 Selected with `engine.scheduler=phased`; the plan passes `--scheduler-cls` with one of the
 two classes below (the async one when features.async_decode is on).
