@@ -1,10 +1,10 @@
 """Build an engine environment from its pins, then record its manifest.
 
 cpu runs build/cpu/install.sh (hash-locked requirements). tt follows the plugin's install recipe
-with the pinned versions (contract §6.1): vLLM's common requirements with the numpy<2 / opencv
-override, vLLM itself from source as the `empty` target with --no-deps, then the plugin at its
-commit, all inside the tt-metal Python environment. A recipe is data, so --dry-run prints exactly
-what a build would run, on any host.
+(tenstorrent/vllm-tt-plugin@e3fc849 docs/install-vllm-tt.sh and docs/vllm-overrides.txt) with the
+pinned versions: vLLM's common requirements with the numpy<2 / opencv override, vLLM itself from
+source as the `empty` target with --no-deps, then the plugin at its commit, all inside the tt-metal
+Python environment. A recipe is data, so --dry-run prints exactly what a build would run, on any host.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Shaped, not captured: no Tenstorrent board exists where this project is built. The attribute names and units
 are the public ones (tt-kmd's sysfs table and hwmon: tt_aiclk in MHz, tt_heartbeat a counter the ARC firmware
 advances, tt_therm_trip_count, temp1_input in millidegrees C, power1_input in microwatts, curr1_input in
-milliamps, in0_input in millivolts); the snapshots follow tt-smi's `tt_smi/log.py` schema as summarised in
-tt-serving-anchors.md (appendix): numbers as preformatted strings, an n300 as two chips `n300 L`/`n300 R`.
+milliamps, in0_input in millivolts); the snapshots follow tt-smi's schema (tenstorrent/tt-smi@b878466
+tt_smi/log.py): numbers as preformatted strings, an n300 as two chips `n300 L`/`n300 R`.
 The values are plausible idle readings, not measurements. Run it from the repository root to rewrite them:
 `python testkit/data/hosts/shape_boards.py`.
 """
