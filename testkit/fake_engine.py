@@ -1,7 +1,9 @@
 """A small real child process that behaves like the engine in ways vLLM cannot on demand.
 
 Used only for fault cases: hanging while alive, ignoring SIGTERM, crashing at a chosen moment.
-It serves /health and /v1/completions over real HTTP and prints vLLM-style boot lines.
+It serves /health, /v1/models and /v1/completions over real HTTP and prints vLLM-style boot lines. Behind the
+gateway it stands for a model: its answers name `--served-name`, and `--delay` makes each completion take that long
+(so a few concurrent requests saturate it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def main() -> None:
     parser.add_argument("--sigterm-log", help="a recorded engine log to print on SIGTERM, then keep running")
     parser.add_argument("--child", action="store_true", help="fork a worker into the same process group")
     parser.add_argument("--metrics", help="a recorded engine /metrics page to answer GET /metrics with")
+    parser.add_argument("--served-name", default="fake", help="the model name its answers carry")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds each completion takes")
     args = parser.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -55,13 +59,16 @@ def main() -> None:
                 time.sleep(30)  # hung: the connection stays open without an answer
             elif self.path == "/metrics" and args.metrics:
                 self._reply(200, Path(args.metrics).read_bytes())
+            elif self.path == "/v1/models":
+                self._reply(200, json.dumps({"object": "list", "data": [{"id": args.served_name}]}).encode())
             else:
                 self._reply(404, b"")
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
             self.rfile.read(length)
-            self._reply(200, json.dumps({"choices": [{"text": "x"}]}).encode())
+            time.sleep(args.delay)
+            self._reply(200, json.dumps({"model": args.served_name, "choices": [{"text": "x"}]}).encode())
 
         def _reply(self, code: int, body: bytes) -> None:
             self.send_response(code)

@@ -50,13 +50,15 @@ __all__ = [
 ]
 
 CONF_DIR = conf_dir()
-GROUPS = ("model", "mesh", "precision", "engine", "workload", "site")
+GROUPS = ("model", "mesh", "precision", "engine", "workload", "gateway", "site")
 COMMAND_LINE = "command line"
 _GROUP_ALIAS = re.compile(rf"^\+(?P<group>{'|'.join(GROUPS)})=")
 _GROUP_CHOICE = re.compile(rf"^(?P<group>{'|'.join(GROUPS)})=(?P<value>.*)$")
 _OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Open-ended maps: setting a new key there is normal, not a typo, so no `+` is needed.
-_OPEN_MAP = re.compile(r"^\+{0,2}(?P<key>(?:tt|engine\.env|engine\.secret_env)\.[^=]+=)")
+_OPEN_MAP = re.compile(
+    r"^\+{0,2}(?P<key>(?:tt|engine\.env|engine\.secret_env|gateway\.models|gateway\.clients)\.[^=]+=)"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ fail at `serve` (two listeners on one port, a restart delay above its cap) is re
 
 from __future__ import annotations
 
-from appliance.config.schema import ApplianceConfig
+from appliance.config.schema import ApplianceConfig, GatewayConfig
 from appliance.errors import Problem
 
 __all__ = ["check_constraints"]
@@ -55,6 +55,34 @@ def check_constraints(cfg: ApplianceConfig) -> list[Problem]:
                     fix=f"Give workload.images.{name} at least one entry",
                 )
             )
+    return found + _gateway_classes(cfg.gateway)
+
+
+def _gateway_classes(gateway: GatewayConfig) -> list[Problem]:
+    """Every class the gateway config names must be one of gateway.classes, listed once."""
+    listed = ", ".join(gateway.classes)
+    named = [("gateway.default_class", gateway.default_class)]
+    named += [(f"gateway.sheddable[{i}]", name) for i, name in enumerate(gateway.sheddable)]
+    named += [(f"gateway.clients.{c}.priority", k.priority) for c, k in gateway.clients.items() if k.priority]
+    found = [
+        Problem(
+            code="bad-value",
+            key=key,
+            message=f"{name!r} is not a class of gateway.classes ({listed})",
+            fix="Name one of gateway.classes, or add it there",
+        )
+        for key, name in named
+        if name not in gateway.classes
+    ]
+    if not gateway.classes or len(set(gateway.classes)) != len(gateway.classes):
+        found.append(
+            Problem(
+                code="bad-value",
+                key="gateway.classes",
+                message=f"[{listed}] must list at least one class, each once",
+                fix="List the classes in the order they are admitted, highest first",
+            )
+        )
     return found
 
 

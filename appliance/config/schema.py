@@ -24,6 +24,9 @@ __all__ = [
     "EngineConfig",
     "EngineKind",
     "FeaturesConfig",
+    "GatewayClient",
+    "GatewayConfig",
+    "GatewayModel",
     "HostShare",
     "ImageCount",
     "ImageSize",
@@ -66,11 +69,14 @@ _HOST_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-
 HostName = Annotated[str, Bound(pattern=_HOST_NAME)]
 _REVISION = r"^[0-9a-f]{40}$"
 Revision = Annotated[str, Bound(pattern=_REVISION)]
+_HEADER_NAME = r"^[A-Za-z0-9-]+$"
+HeaderName = Annotated[str, Bound(pattern=_HEADER_NAME)]
 PATTERNS: Mapping[str, tuple[str, str]] = {
     _REVISION: ("a commit id", "the 40 lower-case hex digits of the revision's commit (a branch or tag is no pin)"),
     _ENV_NAME: ("an environment variable name", "letters, digits and _ (not starting with a digit)"),
     _DNS_LABEL: ("a DNS label", "lower-case letters, digits and - (at most 63, not starting or ending with -)"),
     _HOST_NAME: ("a host name", "a lower-case host name or IPv4 address, with no scheme, port, path or wildcard"),
+    _HEADER_NAME: ("an HTTP header name", "letters, digits and -"),
 }
 """What each pattern's values are, and how to write one: a mismatch's one-line error says it."""
 
@@ -472,6 +478,67 @@ class WorkloadConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class GatewayModel:
+    """One model's admission at the gateway, where it differs from the site's."""
+
+    __pydantic_config__ = _STRICT
+
+    ttft_slo_s: Seconds | None = None
+    """This model's time-to-first-token promise; None: gateway.ttft_slo_s."""
+    max_concurrency: Count | None = None
+    """Requests each server of this model is given at once; None: the concurrency its appliance's plan says it
+    runs (max_concurrency, per slot). Never above it: the gateway refuses to start."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayClient:
+    """One client of the site's OpenAI endpoint: its API key (by file) and its limits."""
+
+    __pydantic_config__ = _STRICT
+
+    key_file: Name
+    """A file holding the client's API key (one line, owner-only: mode 0600 or 0400); read at start, never printed."""
+    rate_per_s: Count = 10
+    """Requests per second the client may send; past it: 429 with Retry-After."""
+    max_concurrency: Count = 8
+    """Requests the client may have in flight at once; past it: 429 with Retry-After."""
+    priority: Name | None = None
+    """The client's priority class (one of gateway.classes); None: the class its header asks for, else the
+    default."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """`appliance gateway`: admission in front of a site (docs: Traffic a site absorbs)."""
+
+    __pydantic_config__ = _STRICT
+
+    ttft_slo_s: Seconds = 2.0
+    """The time to first token the site promises. A request waits for a free engine slot at most
+    ttft_slo_s × queue_share; past it, it gets 429 with Retry-After rather than a late answer."""
+    queue_share: Annotated[float, Bound(gt=0, le=1)] = 0.5
+    """The share of ttft_slo_s a request may spend queued at the gateway; the rest is the engine's prefill."""
+    models: Mapping[Name, GatewayModel] = field(default_factory=dict)
+    """Per served model name: its own SLO or per-server concurrency."""
+    max_body_kib: Annotated[int, Bound(ge=16, le=65536)] = 1024
+    """The largest request body accepted (KiB); a larger one gets 413. The gateway reads the whole body to route
+    by its `model`, so this is also each request's buffer."""
+    request_timeout_s: Seconds = 10.0
+    """Time a client has to send a whole request (headers and body); past it: 408 (a slowloris client)."""
+    priority_header: HeaderName = "X-Priority"
+    """The request header that names a priority class."""
+    classes: tuple[Name, ...] = ("high", "normal", "low")
+    """Priority classes, admitted in this order when requests queue; a class not listed gets 400."""
+    default_class: Name = "normal"
+    """The class of a request that names none."""
+    sheddable: tuple[Name, ...] = ("low",)
+    """Classes refused at once (429) while their model has requests queued: shed first under saturation."""
+    clients: Mapping[Name, GatewayClient] = field(default_factory=dict)
+    """API keys of the site's endpoint, by client name. Empty: the endpoint is open; otherwise a request without
+    a listed key gets 401."""
+
+
+@dataclass(frozen=True, slots=True)
 class ApplianceConfig:
     __pydantic_config__ = _STRICT
 
@@ -487,6 +554,8 @@ class ApplianceConfig:
     paths: PathsConfig
     workload: WorkloadConfig
     boards: BoardsConfig = field(default_factory=BoardsConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    """Admission at the site's gateway (`appliance gateway`)."""
     tt: Mapping[str, Any] = field(default_factory=dict)
     """Extra keys for the plugin's --additional-config '{"tt": ...}'; each key is validated."""
 

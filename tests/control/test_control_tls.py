@@ -28,9 +28,9 @@ from starlette.routing import Route
 from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
-from appliance.config.schema import ControlTls
+from appliance.config.schema import ControlTls, GatewayConfig
 from appliance.control.client import ControlClient, SyncControlClient, Target
-from appliance.deploy.gateway import backend, render_haproxy, run_haproxy
+from appliance.deploy.gateway import backend, render_gateway, run_haproxy, write_gateway
 from appliance.deploy.k8s import POD_OVERRIDES, render_k8s
 from appliance.errors import ApiError, ConfigError
 from appliance.preflight.tls_files import check_server_files
@@ -204,25 +204,26 @@ def test_a_key_others_can_read_is_refused_before_anything_binds(cli: Cli, pki: P
 def test_a_real_haproxy_routes_only_to_an_appliance_whose_tls_readiness_it_verified(pki: Pki, tmp_path: Path) -> None:
     """HAProxy checks the TLS control API's /readyz with the CA: with the right one the engine gets the request,
     with another the check fails and the gateway has no server to send it to."""
-    engine = Starlette(routes=[Route("/v1/models", lambda _: JSONResponse({"data": []}))])
+    engine = Starlette(routes=[Route("/v1/completions", lambda _: JSONResponse({}), methods=["POST"])])
     with recorded_api(TOKEN) as api, serving(api.app, tls_of(pki)) as control, serving(engine) as engine_url:
         for ca, status in ((pki.ca, 200), (pki.other_ca, 503)):
             port = free_ports(1)[0]
-            config = tmp_path / f"haproxy-{status}.cfg"
-            config.write_text(render_haproxy([backend("a", engine_url, control, str(ca))], f"127.0.0.1:{port}", 200))
-            proxy = run_haproxy(config)
+            checked = backend("a", engine_url, control, str(ca), model="m")
+            files = render_gateway([checked], f"127.0.0.1:{port}", tmp_path / str(status), GatewayConfig(), (), 200)
+            proxy = run_haproxy(write_gateway(files, tmp_path / str(status)))
             try:
                 time.sleep(1.5)  # a few checks at 200 ms
-                assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == status
+                reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"model": "m"}, timeout=10)
+                assert reply.status_code == status
             finally:
                 proxy.terminate()
                 proxy.wait(timeout=10)
 
 
 def test_the_gateway_checks_a_tls_control_api_with_its_ca() -> None:
-    checked = backend("a", "http://10.0.0.1:8000", "https://10.0.0.1:8100", "/etc/tt-appliance/ca.pem")
-    plain = backend("b", "http://10.0.0.2:8000", "http://10.0.0.2:8100")
-    config = render_haproxy([checked, plain], "127.0.0.1:9000")
+    checked = backend("a", "http://10.0.0.1:8000", "https://10.0.0.1:8100", "/etc/tt-appliance/ca.pem", model="m")
+    plain = backend("b", "http://10.0.0.2:8000", "http://10.0.0.2:8100", model="m")
+    config = render_gateway([checked, plain], "127.0.0.1:9000", Path("/run/gw"), GatewayConfig()).config
     assert (
         "server a 10.0.0.1:8000 check addr 10.0.0.1 port 8100 check-ssl verify required ca-file "
         "/etc/tt-appliance/ca.pem"
