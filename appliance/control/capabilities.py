@@ -1,14 +1,14 @@
 """Requested versus effective, as /state and /load carry it: read from the engine once per ready boot.
 
-The effective side comes from the engine's own log (its config line and warnings) and its
-`vllm:cache_config_info` gauge; it is read again only after a new boot became ready.
+The effective side comes from the engine's own log (its config line and warnings), read once per ready boot, and
+its `vllm:cache_config_info` gauge, added when GET /load first hands over a /metrics page.
 """
 
 from __future__ import annotations
 
 from appliance.control.documents import CapabilitiesDocument
 from appliance.control.sources import Supervised
-from appliance.observe.effective import Capabilities, differences, effective, requested
+from appliance.observe.effective import Capabilities, differences, effective, requested, with_metrics
 from appliance.runtime.lifecycle import EngineState
 
 __all__ = ["CapabilityView"]
@@ -35,10 +35,12 @@ class CapabilityView:
         if self._sup.plan is not self._plan:  # an upgrade switched the plan: judge against the new one
             self._plan, self._requested = self._sup.plan, requested(self._sup.plan)
         ready_at = next((e.at for e in reversed(self._sup.snapshot().events) if e.state is EngineState.READY), None)
-        fresher = ready_at != self._ready_at or (metrics_page is not None and not self._with_page)
-        if ready_at is not None and fresher:
+        if ready_at is not None and ready_at != self._ready_at:
             self._effective = effective(self._sup.log.tail(_LOG_SCAN), metrics_page)
             self._ready_at, self._with_page = ready_at, metrics_page is not None
+        elif self._effective is not None and metrics_page is not None and not self._with_page:
+            # The boot's log lines may have left the kept tail by now: add the page to what they said.
+            self._effective, self._with_page = with_metrics(self._effective, metrics_page), True
         found = () if self._effective is None else differences(self._requested, self._effective)
         return CapabilitiesDocument(
             requested=_values(self._requested),

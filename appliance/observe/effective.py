@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -20,7 +20,7 @@ from appliance.compat.engine_flags import read_back
 from appliance.errors import Problem
 from appliance.plan import LaunchPlan
 
-__all__ = ["Capabilities", "differences", "effective", "requested"]
+__all__ = ["Capabilities", "differences", "effective", "requested", "with_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,15 @@ def effective(log_lines: Iterable[str], metrics_page: str | None = None) -> Capa
     if metrics_page:
         _read_cache_info(metrics_page, found, sources)
     return Capabilities(**found, ignored_env=tuple(unread), sources=MappingProxyType(sources))
+
+
+def with_metrics(caps: Capabilities, metrics_page: str) -> Capabilities:
+    """`caps` with what a /metrics page adds: the log is read once per boot, since its config line scrolls out of the
+    kept tail under load, and the page may come later."""
+    found: dict[str, Any] = {}
+    sources = dict(caps.sources)
+    _read_cache_info(metrics_page, found, sources)
+    return replace(caps, **found, sources=MappingProxyType(sources))
 
 
 def _read_config_line(text: str, found: dict[str, Any], sources: dict[str, str]) -> None:

@@ -14,7 +14,7 @@ from appliance.compat.matrix import CompatibilityMatrix
 from appliance.compat.validate import validate
 from appliance.config.compose import compose_config
 from appliance.control.documents import CapabilitiesDocument
-from appliance.observe.effective import Capabilities, differences, effective, requested
+from appliance.observe.effective import Capabilities, differences, effective, requested, with_metrics
 from appliance.plan import build_plan
 from testkit.appliance_process import CAPABILITY_OVERRIDES, RESTARTABLE_EXTRA, Served
 from testkit.helpers import cpu_plan
@@ -58,6 +58,14 @@ def test_the_recorded_cpu_boot_shows_what_the_engine_ignored(tmp_path: Path) -> 
     assert got.async_scheduling is None  # the CPU platform turns it off without logging it: unknown, not no
     found = by_code(differences(requested(cpu_plan(tmp_path, *CAPABILITY_OVERRIDES)), got))
     assert found == {"capability-differs": {"kv_cache_memory_bytes"}, "env-not-read": {"engine.env.VLLM_RPC_TIMEOUT"}}
+
+
+def test_a_metrics_page_that_comes_after_the_boot_adds_to_what_the_log_said() -> None:
+    lines = (DATA / "vllm-cpu-effective.log").read_text().splitlines()
+    page = (DATA / "vllm-cpu-effective-metrics.txt").read_text()
+    from_log = effective(lines)
+    assert from_log.kv_cache_memory_bytes is None and from_log.max_model_len == 2048
+    assert with_metrics(from_log, page) == effective(lines, page)  # as if both were read at once
 
 
 def test_the_plugins_warnings_on_tt_become_differences(matrix: CompatibilityMatrix) -> None:
