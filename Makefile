@@ -177,6 +177,7 @@ bench: setup engine-cpu
 	PYTHONPATH=. $(BIN)/python bench/embedded_default.py
 	PYTHONPATH=. $(BIN)/python bench/console_cpu.py
 	PYTHONPATH=. $(BIN)/python bench/control_latency.py
+	PYTHONPATH=. $(BIN)/python bench/gateway_step.py
 	$(BIN)/python bench/check_timings.py
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/loadgen_vs_vllm_bench.py

@@ -3,7 +3,7 @@
 Used only for fault cases: hanging while alive, ignoring SIGTERM, crashing at a chosen moment.
 It serves /health, /v1/models and /v1/completions over real HTTP and prints vLLM-style boot lines. Behind the
 gateway it stands for a model: its answers name `--served-name`, and `--delay` makes each completion take that long
-(so a few concurrent requests saturate it).
+(so a few concurrent requests saturate it); a streamed one sends its first (and only) token chunk after the delay.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 def main() -> None:
@@ -66,9 +67,22 @@ def main() -> None:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
-            self.rfile.read(length)
+            request = _json_object(self.rfile.read(length))
             time.sleep(args.delay)
-            self._reply(200, json.dumps({"model": args.served_name, "choices": [{"text": "x"}]}).encode())
+            if request.get("stream"):
+                self._stream(int(request.get("max_tokens") or 1))
+            else:
+                self._reply(200, json.dumps({"model": args.served_name, "choices": [{"text": "x"}]}).encode())
+
+        def _stream(self, tokens: int) -> None:
+            """One chunk carrying every token, with vLLM's continuous usage stats, then [DONE]; the connection's
+            close ends the body (HTTP/1.0), as the load tester's streams read it."""
+            choice = {"index": 0, "text": "x", "delta": {"content": "x"}, "finish_reason": "length"}
+            chunk = {"model": args.served_name, "choices": [choice], "usage": {"completion_tokens": tokens}}
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
 
         def _reply(self, code: int, body: bytes) -> None:
             self.send_response(code)
@@ -88,6 +102,15 @@ def main() -> None:
         print("WARNING fake engine hangs", flush=True)
     while True:
         time.sleep(1)
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """The request's JSON object; empty for anything else (the gateway's bad-input tests send such bodies)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 if __name__ == "__main__":

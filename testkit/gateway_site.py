@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -99,16 +99,28 @@ def gateway_command(site: Path, *args: str) -> list[str]:
 
 @contextmanager
 def running_gateway(
-    site: Path, folder: Path, *overrides: str, models: Sequence[str] = (), headers: dict[str, str] | None = None
+    site: Path,
+    folder: Path,
+    *overrides: str,
+    models: Sequence[str] = (),
+    headers: dict[str, str] | None = None,
+    metrics_listen: str | None = None,
+    env: Mapping[str, str] | None = None,
+    check_interval_ms: int = 100,
+    within_s: float = 30,
 ) -> Iterator[str]:
-    """`appliance gateway` with `overrides` in front of the site, its readiness checks every 100 ms; its URL once
-    every model in `models` has a ready engine behind it."""
-    listen = f"127.0.0.1:{free_ports(1)[0]}"
-    args = ["--listen", listen, "--check-interval-ms", "100", "--out", str(folder), *overrides]
-    gateway = subprocess.Popen(gateway_command(site, *args), env=os.environ | {"APPLIANCE_TOKEN": TOKEN})
+    """`appliance gateway` with `overrides` in front of the site (its control tokens in `env`, else the fake site's),
+    its readiness checks every `check_interval_ms`, its exporter on `metrics_listen` (else a free port: HAProxy binds
+    with SO_REUSEPORT, so two gateways on one port would share its scrapes); its URL once every model in `models`
+    has a ready engine behind it."""
+    listen, metrics = (f"127.0.0.1:{port}" for port in free_ports(2))
+    args = ["--listen", listen, "--metrics-listen", metrics_listen or metrics]
+    args += ["--check-interval-ms", str(check_interval_ms), "--out", str(folder), *overrides]
+    tokens = {"APPLIANCE_TOKEN": TOKEN} if env is None else dict(env)
+    gateway = subprocess.Popen(gateway_command(site, *args), env=os.environ | tokens)
     url = f"http://{listen}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + within_s
         waiting: Sequence[str | None] = models or [None]
         while not all(_ready(url, m, headers or {}) for m in waiting):
             assert gateway.poll() is None, "the gateway exited"

@@ -160,7 +160,8 @@ def _render_watch(args: argparse.Namespace) -> int:
         from appliance.deploy.grafana import render_grafana
 
         exporters = any(e.tt_telemetry for e in entries)
-        return _emit(args.out, {f"tt-appliance-{site}.json": render_grafana(site, exporters)})
+        dashboard = render_grafana(site, exporters, gateway=bool(args.gateway))
+        return _emit(args.out, {f"tt-appliance-{site}.json": dashboard})
     from appliance.deploy.prometheus import RULES_FILE, AlertOptions, render_prometheus
 
     if args.credentials_dir is None:
@@ -169,7 +170,10 @@ def _render_watch(args: argparse.Namespace) -> int:
             "Prometheus reads each appliance's token from a file named after its token_env there (mode 0600)",
         )
     options = AlertOptions(**{f.name: getattr(args, f.name) for f in fields(AlertOptions)})
-    files = render_prometheus(site, entries, args.credentials_dir, options, str(args.site_file), args.docs_url)
+    gateways = tuple(args.gateway or ())
+    files = render_prometheus(
+        site, entries, args.credentials_dir, options, str(args.site_file), args.docs_url, gateways
+    )
     return _emit(args.out, {"prometheus.yml": files.config, RULES_FILE: files.rules})
 
 
@@ -190,6 +194,10 @@ def _emit(directory: Path | None, files: dict[str, str]) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    if args.kind.startswith("gateway-"):
+        from appliance.cli.gateway_render import render_gateway
+
+        return render_gateway(args)
     if args.kind == "ansible":
         return _render_ansible(args)
     if args.kind in ("prometheus", "grafana"):
@@ -236,9 +244,17 @@ def _cmd_render(args: argparse.Namespace) -> int:
 def _watch_arguments(render: argparse.ArgumentParser) -> None:
     from appliance.deploy.prometheus import DOCS_URL, AlertOptions
 
-    render.add_argument("--site-file", type=Path, help="ansible, prometheus, grafana: the site's appliances (YAML)")
+    render.add_argument(
+        "--site-file", type=Path, help="ansible, prometheus, grafana, gateway-*: the site's appliances (YAML)"
+    )
     render.add_argument("--job", help="prometheus, grafana: the site's job name (default: the site file's name)")
     render.add_argument("--credentials-dir", type=Path, help="prometheus: a file per token_env holding its token")
+    render.add_argument(
+        "--gateway",
+        action="append",
+        metavar="HOST:PORT",
+        help="prometheus, grafana: the site's gateway exporter (`appliance gateway --metrics-listen`); may repeat",
+    )
     render.add_argument(
         "--docs-url",
         default=DOCS_URL,
@@ -263,18 +279,25 @@ def register(command: Command) -> None:
     manifest = command("manifest", _cmd_manifest)
     manifest.add_argument("--json", action="store_true", help="machine-readable output")
     render = command("render", _cmd_render)
-    render.add_argument("kind", choices=("k8s", "systemd", "ansible", "prometheus", "grafana"), help="what to render")
+    kinds = ("k8s", "systemd", "ansible", "prometheus", "grafana", "gateway-systemd", "gateway-k8s")
+    render.add_argument("kind", choices=kinds, help="what to render (gateway-*: the site's `appliance gateway`)")
     render.add_argument("--out", type=Path, help="write files into this directory instead of printing")
-    image = "k8s: the appliance's image, a tag or name@sha256:<digest>"
+    image = "k8s, gateway-k8s: the appliance's image, a tag or name@sha256:<digest>"
     render.add_argument("--image", default=f"tt-appliance:{__version__}", help=image)
-    render.add_argument("--name", help="k8s: resource name (default tt-appliance-<site>)")
+    name = "k8s, gateway-*: resource or unit name (default tt-appliance-<site>, tt-appliance-gateway-<site>)"
+    render.add_argument("--name", help=name)
     render.add_argument(
         "--replicas",
         type=int,
         default=1,
         choices=range(1, 65),
         metavar="N",
-        help="k8s: appliances in the Deployment (1-64), rolled one at a time",
+        help="k8s, gateway-k8s: appliances (gateways) in the Deployment (1-64), rolled one at a time",
+    )
+    render.add_argument(
+        "--listen",
+        default="0.0.0.0:8080",
+        help="gateway-*: host:port of the site's OpenAI endpoint (gateway-k8s keeps the port; the pod binds its own)",
     )
     render.add_argument(
         "--gates",

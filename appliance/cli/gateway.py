@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import tempfile
 from pathlib import Path
@@ -22,7 +23,10 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     from appliance.control.site_file import load_site_file
     from appliance.deploy.gateway import render_gateway, run_haproxy, write_gateway
     from appliance.deploy.gateway_clients import read_client_keys
+    from appliance.preflight.launch import secrets_from_dir
 
+    # Control tokens mounted as files (a Kubernetes Secret, `render gateway-k8s`) as the variables they are named by.
+    os.environ.update(secrets_from_dir(os.environ))
     gateway = compose_config(args.overrides, site_dir=args.site_dir).config.gateway
     clients = read_client_keys(gateway.clients)
     backends = [b for entry in load_site_file(args.site_file) for b in _engines(entry)]
@@ -30,7 +34,9 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     folder = args.out or (
         Path("appliance-gateway") if args.dry_run else Path(tempfile.mkdtemp(prefix="appliance-gateway-"))
     )
-    files = render_gateway(backends, args.listen, folder.absolute(), gateway, clients, args.check_interval_ms)
+    files = render_gateway(
+        backends, args.listen, folder.absolute(), gateway, clients, args.check_interval_ms, args.metrics_listen
+    )
     if args.dry_run:
         out.print(files.config, markup=False, end="")
         return 0
@@ -38,7 +44,10 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     proc = run_haproxy(config)
     for route in files.routes:
         out.print(f"gateway: {route.line()}", markup=False)
-    out.print(f"gateway: http://{args.listen}/v1 (config {config})", markup=False)
+    out.print(
+        f"gateway: http://{args.listen}/v1, metrics http://{args.metrics_listen}/metrics (config {config})",
+        markup=False,
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):  # HAProxy stops on either; pass on what we receive
         signal.signal(sig, lambda received, _: proc.send_signal(received))
     code = proc.wait()
@@ -75,11 +84,19 @@ def _engines(entry: SiteEntry) -> list[Backend]:
 
 def register(command: Command) -> None:
     """gateway."""
+    from appliance.deploy.gateway import METRICS_LISTEN
+
     gateway = command("gateway", _cmd_gateway)
     gateway.add_argument("overrides", nargs="*", help="config overrides, e.g. gateway.ttft_slo_s=1")
     gateway.add_argument("--site-dir", type=Path, default=None, help="directory of fleet site files")
     gateway.add_argument("--site-file", type=Path, required=True, help="YAML list of {name, url, token_env}")
     gateway.add_argument("--listen", default="127.0.0.1:8080", help="host:port of the one OpenAI endpoint")
+    # A flag, as --listen is: where this gateway process binds on its host, not a limit the site's config declares.
+    gateway.add_argument(
+        "--metrics-listen",
+        default=METRICS_LISTEN,
+        help="host:port of HAProxy's Prometheus exporter (GET /metrics; `render prometheus --gateway` scrapes it)",
+    )
     gateway.add_argument("--check-interval-ms", type=int, default=500, help="readiness probe interval")
     gateway.add_argument("--out", type=Path, help="directory for haproxy.cfg and its files (default: a temporary one)")
     gateway.add_argument("--dry-run", action="store_true", help="print haproxy.cfg, with each model's limits, and exit")

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from appliance.cli.common import Command, err, out, validated_config
 from appliance.compat.matrix import load_matrix
 from appliance.plan import build_plan
+
+if TYPE_CHECKING:
+    from appliance.config.schema import WorkloadConfig
+    from appliance.loadtest.report import LoadReport
+    from appliance.loadtest.steps import StepPlan, StepRow
 
 __all__ = ["register"]
 
@@ -23,13 +28,15 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
     from appliance.config.compose import compose_config
     from appliance.loadtest.generator import RunWindow
     from appliance.loadtest.render import write_reports
-    from appliance.loadtest.run import LoadTarget, run_loadtest
+    from appliance.loadtest.run import LoadTarget, run_loadtest, run_step_load
     from appliance.loadtest.schedcompare import SCHEDULERS, compare_schedulers
 
     cfg = compose_config(args.overrides, site_dir=args.site_dir).config
-    workload = cfg.workload
+    workload = _with_slo(cfg.workload, args.slo_ttft_ms)
     window = RunWindow(args.duration or workload.duration_s, args.max_requests or workload.max_requests, args.drain)
     out_dir = args.out or Path(f"loadtest-{workload.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    step = _step_plan(args, workload)
+    reports: Sequence[LoadReport]
     with _LoadProgressBar() as progress:
         if args.compare_scheduler:
             say = progress.console.print
@@ -38,9 +45,53 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
         else:
             url = args.url or build_plan(validated_config(args, load_matrix())).base_url
             target = LoadTarget(url.rstrip("/"), args.label or f"{workload.name}@{url}", cfg.serving.api_key_env)
-            reports, names = (asyncio.run(run_loadtest(workload, target, window, progress.update)),), ("report",)
+            one = (
+                run_loadtest(workload, target, window, progress.update)
+                if step is None
+                else run_step_load(workload, step, target, args.drain, progress.update)
+            )
+            reports, names = (asyncio.run(one),), ("report",)
+    if step is not None:
+        _print_steps(reports[0].steps)
     _print_load(reports, write_reports(reports, out_dir, names))
     return 0
+
+
+def _with_slo(workload: WorkloadConfig, slo_ttft_ms: float | None) -> WorkloadConfig:
+    """The workload with `--slo-ttft-ms` in place of its own TTFT SLO, when given."""
+    from dataclasses import replace
+
+    from appliance.errors import ConfigError
+    from appliance.loadtest.steps import positive
+
+    if slo_ttft_ms is None:
+        return workload
+    if problems := positive("--slo-ttft-ms", slo_ttft_ms):
+        raise ConfigError(tuple(problems))
+    return replace(workload, slo_ttft_ms=slo_ttft_ms)
+
+
+def _step_plan(args: argparse.Namespace, workload: WorkloadConfig) -> StepPlan | None:
+    """The traffic step of `--steps` (None without it); ConfigError naming a flag that is wrong."""
+    from appliance.errors import ConfigError, Problem
+    from appliance.loadtest.steps import step_plan
+
+    if args.steps is None:
+        return None
+    if args.compare_scheduler:
+        clash = "a traffic step runs against one URL"
+        raise ConfigError((Problem(code="bad-flag", key="--steps", message=clash, fix="Drop --compare-scheduler"),))
+    rate = workload.rate_per_s if args.rate is None else args.rate
+    return step_plan(args.steps, args.step_s, rate, args.classes, args.priority_header)
+
+
+def _print_steps(rows: Sequence[StepRow]) -> None:
+    from appliance.loadtest.render import STEP_COLUMNS, step_cells
+
+    table = Table(*STEP_COLUMNS, title="traffic step")
+    for row in rows:
+        table.add_row(*step_cells(row))
+    out.print(table)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -118,6 +169,13 @@ def register(command: Command) -> None:
     load.add_argument("--max-requests", type=int, help="request limit (default workload.max_requests)")
     load.add_argument("--drain", type=float, default=120.0, help="seconds in-flight requests may finish after")
     load.add_argument("--label", help="name of this run in reports")
+    step = load.add_argument_group("traffic step (open loop, Poisson arrivals, each step its own rate)")
+    step.add_argument("--steps", help="step rates as multiples of --rate, e.g. 0.5,1,2,3: sends a traffic step")
+    step.add_argument("--step-s", type=float, default=30.0, help="seconds each step sends (default 30)")
+    step.add_argument("--rate", type=float, help="the base rate in requests/s (default workload.rate_per_s)")
+    step.add_argument("--classes", help="priority classes and their weights, e.g. high=1,low=3 (default: none)")
+    step.add_argument("--priority-header", default="X-Priority", help="header carrying the class (default X-Priority)")
+    load.add_argument("--slo-ttft-ms", type=float, help="goodput's TTFT SLO (default workload.slo_ttft_ms)")
     load.add_argument("--out", type=Path, help="report directory (default loadtest-<workload>-<time>)")
     compare = command("compare", _cmd_compare)
     compare.add_argument("reports", nargs=2, type=Path, metavar="REPORT.json", help="two load reports (report.json)")

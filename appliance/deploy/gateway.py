@@ -32,12 +32,13 @@ from urllib.parse import urlsplit
 
 from appliance.config.schema import GatewayConfig
 from appliance.deploy.gateway_admission import ModelRoute, model_routes
-from appliance.deploy.gateway_answers import Answer, errorfile
+from appliance.deploy.gateway_answers import Answer, errorfile, return_line
 from appliance.deploy.gateway_clients import KEYS_MAP, ClientKey, client_table, keys_map
 from appliance.deploy.gateway_frontend import MODELS_FILE, frontend, models_document
 from appliance.errors import ConfigError, LaunchError, Problem
 
 __all__ = [
+    "METRICS_LISTEN",
     "Backend",
     "GatewayFiles",
     "backend",
@@ -47,6 +48,9 @@ __all__ = [
     "write_gateway",
 ]
 
+METRICS_LISTEN = "127.0.0.1:8405"
+"""Where HAProxy's own Prometheus exporter listens by default: loopback (its series name the site's models and
+engines), on the port HAProxy's documentation uses for it."""
 _HEADER_ROOM = 16 * 1024
 """Buffer room beyond the largest body: the request's headers and HAProxy's rewrite reserve (tune.maxrewrite)."""
 
@@ -116,9 +120,11 @@ def render_gateway(
     gateway: GatewayConfig,
     clients: tuple[ClientKey, ...] = (),
     check_interval_ms: int = 500,
+    metrics_listen: str = METRICS_LISTEN,
 ) -> GatewayFiles:
     """haproxy.cfg and its files, to be written into `folder`: one frontend on `listen` (host:port), one backend per
-    served model, one readiness check per engine. ConfigError when a limit exceeds what an engine runs."""
+    served model, one readiness check per engine, HAProxy's Prometheus exporter on `metrics_listen`. ConfigError
+    when a limit exceeds what an engine runs."""
     routes = model_routes(backends, gateway)
     by_name = {b.name: b for b in backends}
     shed = {f"shed-{r.backend}.http": errorfile(_shed(r)) for r in routes}
@@ -145,7 +151,8 @@ def render_gateway(
             "    retry-on conn-failure empty-response 502 503",
             "",
             *frontend(listen, folder, routes, gateway, clients),
-            *(line for r in routes for line in _model_backend(r, folder, by_name)),
+            *_exporter(metrics_listen),
+            *(line for r in routes for line in _model_backend(r, folder, by_name, gateway.sheddable)),
             *(line for b in backends for line in _readiness_backend(b, check_interval_ms)),
             *client_table(clients),
             "",
@@ -172,7 +179,21 @@ def write_gateway(files: GatewayFiles, folder: Path) -> Path:
     return config
 
 
-def _model_backend(route: ModelRoute, folder: Path, by_name: Mapping[str, Backend]) -> list[str]:
+def _exporter(metrics_listen: str) -> list[str]:
+    """HAProxy's own Prometheus exporter (built into Debian's package: `haproxy -vv` lists PROMEX), on a listener of
+    its own so that the OpenAI endpoint never serves it (manual 4.2 "http-request use-service")."""
+    return [
+        "",
+        "frontend metrics",
+        f"    bind {metrics_listen}",
+        "    http-request use-service prometheus-exporter if { path /metrics }",
+        "    http-request return status 404",
+    ]
+
+
+def _model_backend(
+    route: ModelRoute, folder: Path, by_name: Mapping[str, Backend], sheddable: Sequence[str]
+) -> list[str]:
     servers = [
         f"    server {name} {by_name[name].engine_host}:{by_name[name].engine_port} maxconn {limit} "
         f"track ready_{name}/{name}"
@@ -187,8 +208,26 @@ def _model_backend(route: ModelRoute, folder: Path, by_name: Mapping[str, Backen
         # which this errorfile sends as the 429 it is: no capacity within the SLO, try later.
         f"    timeout queue {route.wait_ms}ms",
         f"    errorfile 503 {folder / f'shed-{route.backend}.http'}",
+        *_shed_at_once(route, sheddable),
         *servers,
     ]
+
+
+def _shed_at_once(route: ModelRoute, sheddable: Sequence[str]) -> list[str]:
+    """A sheddable class is refused at once while the model has requests queued: denied here, in the model's
+    backend, so the exporter counts it per model (haproxy_backend_requests_denied_total); a queue timeout counts as
+    a connection error of the backend (haproxy_backend_connection_errors_total). Together: the model's 429s."""
+    if not sheddable:
+        return []
+    shed = Answer(
+        429,
+        f"model {route.model} is saturated: requests of this priority class are shed first; retry later",
+        "rate_limit_error",
+        code="shed",
+        retry_after_s=route.retry_after_s,
+    )
+    condition = f"if {{ var(txn.class) -m str {' '.join(sheddable)} }} {{ queue({route.backend}) gt 0 }}"
+    return [return_line(shed, condition, deny=True)]
 
 
 def _readiness_backend(b: Backend, check_interval_ms: int) -> list[str]:

@@ -22,10 +22,15 @@ from typing import Protocol
 from appliance.config.schema import GatewayConfig
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["ModelRoute", "Served", "model_routes"]
+__all__ = ["MODEL_BACKEND", "ModelRoute", "Served", "model_routes"]
 
 # Model names are written into HAProxy's configuration (ACL patterns, quoted JSON): only what needs no quoting.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
+MODEL_BACKEND = "model:"
+"""Each model's backend is named `model:<served name>`, so that the exporter's `proxy` label says which model it is
+(`render prometheus` copies it into a `model` label)."""
+# What a proxy name may not hold (configuration manual 4, "Proxies"): such a character becomes `_`.
+_NOT_IN_PROXY_NAME = re.compile(r"[^A-Za-z0-9._:-]")
 
 
 class Served(Protocol):
@@ -73,8 +78,8 @@ def model_routes(served: Sequence[Served], gateway: GatewayConfig) -> tuple[Mode
     models = list(dict.fromkeys(s.model for s in served))
     problems = [_bad_name(s) for s in served if not _MODEL_NAME.fullmatch(s.model)]
     problems += [_unserved(name, models) for name in gateway.models if name not in models]
-    routes = []
-    for index, model in enumerate(models):
+    routes: list[ModelRoute] = []
+    for model in models:
         own = gateway.models.get(model)
         engines = [s for s in served if s.model == model]
         wanted = own.max_concurrency if own and own.max_concurrency else None
@@ -82,10 +87,21 @@ def model_routes(served: Sequence[Served], gateway: GatewayConfig) -> tuple[Mode
         slo = own.ttft_slo_s if own and own.ttft_slo_s else gateway.ttft_slo_s
         limits = tuple(wanted or s.max_concurrency for s in engines)
         servers = tuple(s.name for s in engines)
-        routes.append(ModelRoute(model, f"model_{index}", servers, limits, slo, slo * gateway.queue_share))
+        name = _backend_name(model, {r.backend for r in routes})
+        routes.append(ModelRoute(model, name, servers, limits, slo, slo * gateway.queue_share))
     if problems:
         raise ConfigError(tuple(problems))
     return tuple(routes)
+
+
+def _backend_name(model: str, taken: set[str]) -> str:
+    """`model:<model>`, any character a proxy name cannot hold as `_`, suffixed when two models would share it."""
+    name = MODEL_BACKEND + _NOT_IN_PROXY_NAME.sub("_", model)
+    unique, count = name, 1
+    while unique in taken:
+        count += 1
+        unique = f"{name}_{count}"
+    return unique
 
 
 def _above(model: str, wanted: int, engine: Served) -> Problem:

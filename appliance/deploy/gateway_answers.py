@@ -33,10 +33,11 @@ def openai_error(answer: Answer) -> str:
     return json.dumps({"error": error})
 
 
-def return_line(answer: Answer, condition: str, *, model_in_message: bool = False) -> str:
+def return_line(answer: Answer, condition: str, *, model_in_message: bool = False, deny: bool = False) -> str:
     """`http-request return …` sending `answer` when `condition` holds (configuration manual 4.2, "http-request
     return"). With `model_in_message`, `{model}` in its message becomes the request's model, JSON-escaped by the
-    `json` converter (manual 7.3.1) inside a log-format string."""
+    `json` converter (manual 7.3.1) inside a log-format string. With `deny`, the same answer as `http-request deny`
+    (same arguments, manual 4.2), which HAProxy also counts as a denied request of its proxy."""
     body = openai_error(answer)
     if model_in_message:
         body = body.replace("{model}", "%[var(txn.model),json(utf8s)]")
@@ -44,7 +45,10 @@ def return_line(answer: Answer, condition: str, *, model_in_message: bool = Fals
     else:
         payload = f"string '{body}'"
     retry = f" hdr Retry-After {answer.retry_after_s}" if answer.retry_after_s is not None else ""
-    return f"    http-request return status {answer.status} content-type application/json {payload}{retry} {condition}"
+    action = "deny" if deny else "return"
+    return (
+        f"    http-request {action} status {answer.status} content-type application/json {payload}{retry} {condition}"
+    )
 
 
 def errorfile(answer: Answer) -> str:

@@ -10,6 +10,7 @@ and concurrency (7.3.3 `sc_http_req_rate`, `sc_conn_cur`).
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Mapping
@@ -21,7 +22,16 @@ from appliance.config.schema import GatewayClient
 from appliance.deploy.gateway_answers import Answer, return_line
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["KEYS_MAP", "ClientKey", "client_classes", "client_rules", "client_table", "keys_map", "read_client_keys"]
+__all__ = [
+    "KEYS_MAP",
+    "ClientKey",
+    "check_client_name",
+    "client_classes",
+    "client_rules",
+    "client_table",
+    "keys_map",
+    "read_client_keys",
+]
 
 KEYS_MAP = "keys.map"
 _TABLE = "clients"
@@ -103,20 +113,34 @@ def client_classes(clients: tuple[ClientKey, ...]) -> list[str]:
     ]
 
 
-def _read_key(name: str, path: Path) -> str:
+def check_client_name(name: str) -> None:
+    """ConfigError unless `name` can name the client in HAProxy's rules (and a file, a credential, a Secret's key)."""
     if not _CLIENT_NAME.fullmatch(name):
         _refuse(name, f"the client name {name!r} is not 1-64 letters, digits, . _ or -", "Rename the client")
+
+
+def _read_key(name: str, path: Path) -> str:
+    check_client_name(name)
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        info = path.stat()
         text = path.read_text()
     except OSError as err:
         _refuse(name, f"{path}: cannot read it: {err.strerror}", f"Write the client's key into {path} (mode 0600)")
-    if mode & 0o077:
+    if _open_to_others(info):
+        mode = stat.S_IMODE(info.st_mode)
         _refuse(name, f"{path} is open to group or others (mode {mode:04o})", f"chmod 600 {path}")
     key = text.strip()
     if not key or any(ch.isspace() or not ch.isprintable() for ch in key):
         _refuse(name, f"{path} must hold one key: one line of printable characters without spaces", "Rewrite it")
     return key
+
+
+def _open_to_others(info: os.stat_result) -> bool:
+    """Whether a user other than the gateway's may read or change the key. One exception to owner-only: a root-owned
+    file the gateway's own group may only read, which is how kubelet mounts a Secret for the pod's fsGroup (0440)."""
+    mode = stat.S_IMODE(info.st_mode)
+    mounted = info.st_uid == 0 != os.geteuid() and info.st_gid == os.getegid() and mode & 0o077 == 0o040
+    return bool(mode & 0o077) and not mounted
 
 
 def _refuse(name: str, message: str, fix: str) -> NoReturn:

@@ -9,8 +9,8 @@ error shape, so every bad request is answered at once and the gateway keeps serv
    object, 400 without a `model` (read with `req.body,json_query('$.model')`, manual 7.3.1), 404 for a model no
    appliance serves;
 4. the priority class: the client's, else the header's, else the default; 400 for one the site does not list;
-5. per model: 503 when none of its engines is ready, 429 at once for a sheddable class while the model has
-   requests queued; then `use_backend` by model.
+5. per model: 503 when none of its engines is ready; then `use_backend` by model. The model's backend sheds a
+   sheddable class (429 at once while the model has requests queued): gateway.py.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def frontend(
         *_routes_answered_here(folder),
         *_body_checks(routes, gateway),
         *_priority(gateway, clients),
-        *(line for r in routes for line in _admission(r, gateway)),
+        *(_admission(r) for r in routes),
         *(f"    use_backend {r.backend} if {{ var(txn.model) -m str {r.model} }}" for r in routes),
     ]
 
@@ -100,20 +100,6 @@ def _priority(gateway: GatewayConfig, clients: tuple[ClientKey, ...]) -> list[st
     ]
 
 
-def _admission(route: ModelRoute, gateway: GatewayConfig) -> list[str]:
-    this = f"{{ var(txn.model) -m str {route.model} }}"
+def _admission(route: ModelRoute) -> str:
     down = Answer(503, f"no appliance serving {route.model} is ready", "service_unavailable", code="no_ready_server")
-    shed = Answer(
-        429,
-        f"model {route.model} is saturated: requests of this priority class are shed first; retry later",
-        "rate_limit_error",
-        code="shed",
-        retry_after_s=route.retry_after_s,
-    )
-    lines = [return_line(down, f"if {this} {{ nbsrv({route.backend}) eq 0 }}")]
-    if gateway.sheddable:
-        sheddable = " ".join(gateway.sheddable)
-        lines.append(
-            return_line(shed, f"if {this} {{ var(txn.class) -m str {sheddable} }} {{ queue({route.backend}) gt 0 }}")
-        )
-    return lines
+    return return_line(down, f"if {{ var(txn.model) -m str {route.model} }} {{ nbsrv({route.backend}) eq 0 }}")

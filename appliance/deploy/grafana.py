@@ -2,7 +2,8 @@
 
 Built with Grafana's own foundation SDK (its types are generated from Grafana's dashboard schema),
 so the JSON model is the schema's, not a hand-kept copy. Queries select the site's two jobs:
-`<site>` (the appliance's series) and `<site>-engine` (vLLM's, relayed by the control API).
+`<site>` (the appliance's series) and `<site>-engine` (vLLM's, relayed by the control API), and with a gateway
+`<site>-gateway` (HAProxy's exporter, per model: gateway_watch).
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from appliance.deploy.gateway_watch import admitted, models_of, queued, shed
+
 __all__ = ["render_grafana"]
 
 _QUANTILES = (0.5, 0.95, 0.99)
 
 
-def render_grafana(site: str, tt_telemetry: bool = False) -> str:
+def render_grafana(site: str, tt_telemetry: bool = False, *, gateway: bool = False) -> str:
     """The dashboard's JSON model for the site whose job is `site`, with a row of its boards (from the exporter's
-    series when the site file names tt-telemetry exporters, `<site>-tt-telemetry`, else the appliances' own)."""
+    series when the site file names tt-telemetry exporters, `<site>-tt-telemetry`, else the appliances' own) and,
+    with a `gateway`, a row of what it admits, queues and sheds per model."""
     from grafana_foundation_sdk.builders import dashboard as board
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
@@ -76,6 +80,10 @@ def render_grafana(site: str, tt_telemetry: bool = False) -> str:
     built = built.with_row(board.Row("Boards"))
     for panel in _boards(site, tt_telemetry):
         built = built.with_panel(panel)
+    if gateway:
+        built = built.with_row(board.Row("Gateway"))
+        for panel in _gateway(site):
+            built = built.with_panel(panel)
     return json.dumps(built.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
@@ -113,6 +121,20 @@ def _boards(site: str, tt_telemetry: bool) -> list[Any]:
         _series("ARC heartbeat age", "s", (f"appliance_board_heartbeat_age_seconds{{{own}}}", board)),
         _timeline("Board state per appliance", f"appliance_board_state{{{own}}} == 1", f"{board} {{{{state}}}}"),
         _timeline("Firmware per board", f"appliance_board_info{{{own}}}", f"{board} {{{{firmware}}}}"),
+    ]
+
+
+def _gateway(site: str) -> list[Any]:
+    """Per model: requests admitted to an engine and shed (429) per second, requests waiting for an engine."""
+    on, window = models_of(site), "$__rate_interval"
+    return [
+        _series(
+            "Gateway: admitted and shed per model",
+            "reqps",
+            (admitted(on, window), "{{model}} admitted"),
+            (shed(on, window), "{{model}} shed"),
+        ),
+        _series("Gateway: queued per model", "short", (queued(on), "{{model}}")),
     ]
 
 

@@ -37,7 +37,7 @@ from appliance.deploy.k8s_weights import (
 )
 from appliance.plan import LaunchPlan, build_plan
 
-__all__ = ["DEVICE_CLASS", "POD_OVERRIDES", "K8sManifests", "render_k8s"]
+__all__ = ["DEVICE_CLASS", "POD_OVERRIDES", "SECRETS_DIR", "K8sManifests", "dns_name", "render_k8s"]
 
 DEVICE_CLASS = "tenstorrent.com"
 CONFIG_FILE = "/etc/tt-appliance/config.yaml"
@@ -106,7 +106,7 @@ def render_k8s(
     `site.namespace`; with `gates` (a gate file's text, `serve --gates`), their ConfigMap too: each new pod is
     ready only once it passed them, so a rollout waits on the gates and stalls at the first pod that fails one."""
     plan = build_plan(validated)
-    name = name or _dns_name(f"tt-appliance-{plan.site}")
+    name = name or dns_name(f"tt-appliance-{plan.site}")
     meta = {"namespace": validated.config.site.namespace, **_meta(name, plan)}
     docs: list[Mapping[str, Any]] = [k8s_policy.service_account(name, meta), _config_map(name, validated, meta)]
     if gates is not None:
@@ -128,7 +128,7 @@ def render_k8s(
     return K8sManifests(name, tuple(docs))
 
 
-def _dns_name(text: str) -> str:
+def dns_name(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].rstrip("-")
 
 
@@ -183,7 +183,7 @@ def _deployment(
         pod |= {"hostIPC": True, "resourceClaims": [{"name": "boards", "resourceClaimTemplateName": f"{name}-boards"}]}
     selector = {"app.kubernetes.io/instance": name}
     template = {"labels": meta["labels"], "annotations": meta["annotations"]}
-    annotations = meta["annotations"] | k8s_policy.checkov_skips(plan, image)
+    annotations = meta["annotations"] | k8s_policy.checkov_skips(image, boards=plan.engine == "tt")
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -17,12 +17,15 @@ from appliance.plan import LaunchPlan
 
 __all__ = [
     "CONTROL_CLIENT",
+    "DNS",
     "ENGINE_CLIENT",
     "UID",
     "checkov_skips",
     "container_security",
     "network_policy",
+    "peers",
     "pod_security",
+    "port",
     "service_account",
 ]
 
@@ -34,6 +37,21 @@ ENGINE_CLIENT = "tt-appliance/engine-client"
 CONTROL_CLIENT = "tt-appliance/control-client"
 """Label a pod or a namespace with `"true"` to let it reach the control port: the site's consoles, and
 `appliance gateway`, whose HAProxy checks `/readyz` there (it carries both labels)."""
+DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+"""The cluster's DNS, as an egress peer."""
+
+
+def peers(label: str) -> list[dict[str, Any]]:
+    """The pods, and the namespaces (every pod in them), labelled `label: "true"`."""
+    match = {"matchLabels": {label: "true"}}
+    return [{"podSelector": match}, {"namespaceSelector": match}]
+
+
+def port(number: int, protocol: str = "TCP") -> dict[str, Any]:
+    return {"port": number, "protocol": protocol}
 
 
 def pod_security() -> dict[str, Any]:
@@ -75,18 +93,6 @@ def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict
     through whatever the policy says; on one that does not, add the nodes' CIDR as an ipBlock to the
     control port's peers. The preStop drain talks to 127.0.0.1, which no policy filters.
     """
-
-    def peers(label: str) -> list[dict[str, Any]]:
-        match = {"matchLabels": {label: "true"}}
-        return [{"podSelector": match}, {"namespaceSelector": match}]
-
-    def port(number: int, protocol: str = "TCP") -> dict[str, Any]:
-        return {"port": number, "protocol": protocol}
-
-    dns = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-    }
     spec = {
         "podSelector": {"matchLabels": {"app.kubernetes.io/instance": name}},
         "policyTypes": ["Ingress", "Egress"],
@@ -97,7 +103,7 @@ def network_policy(name: str, plan: LaunchPlan, meta: Mapping[str, Any]) -> dict
         # Hub downloads (weights, tokenizer, the embedded recipes' pinned wheels) go out on 443, and the weights
         # fetch to a site mirror on its port, to addresses no selector names; a site with local weights can drop it.
         "egress": [
-            {"to": [dns], "ports": [port(53, "UDP"), port(53)]},
+            {"to": [DNS], "ports": [port(53, "UDP"), port(53)]},
             {"ports": [port(number) for number in sorted({443, *_mirror_port(plan)})]},
         ],
     }
@@ -117,12 +123,13 @@ def _mirror_port(plan: LaunchPlan) -> tuple[int, ...]:
     return (source.port or (443 if source.scheme == "https" else 80),)
 
 
-def checkov_skips(plan: LaunchPlan, image: str) -> dict[str, str]:
-    """checkov's own skip annotations for the Deployment: the checks this workload cannot meet, and why."""
+def checkov_skips(image: str, *, boards: bool = False) -> dict[str, str]:
+    """checkov's own skip annotations for a Deployment: the checks its workload cannot meet, and why. `boards`: its
+    pod opens Tenstorrent boards."""
     skips = []
     if "@sha256:" not in image:
         skips.append(f"CKV_K8S_43=the image is named by tag ({image}); render with --image <name>@sha256:<digest>")
-    if plan.engine == "tt":
+    if boards:
         skips.append(
             "CKV_K8S_18=tt-umd arbitrates chip access with mutexes in the host's /dev/shm, shared with "
             "tt-smi and other runtimes on the node (hostIPC, as the TIS chart v0.2 sets)"

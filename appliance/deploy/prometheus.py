@@ -4,7 +4,8 @@ Each appliance is scraped twice through its control port, with its control token
 appliance's own series, `appliance.control.metrics`) as job `<site>`, and `/engine/metrics` (vLLM's
 series, relayed) as job `<site>-engine`, each target labelled `appliance=<name>`. The token is read
 by Prometheus from a file named after the site file's `token_env` in the credentials directory, the
-layout `$APPLIANCE_SECRETS_DIR` and the Kubernetes Secret use; its value is never read here.
+layout `$APPLIANCE_SECRETS_DIR` and the Kubernetes Secret use; its value is never read here. The site's gateways,
+when given (`--gateway`), are scraped as `<site>-gateway`, with alert rules of their own (gateway_watch).
 
 The thresholds default to the appliance's own: the pilot's decode-stall share (INTERRUPT_WARN), the
 console's KV alert (KV_ALERT), the boot-slow factor (SLOW_FACTOR), the supervisor's max_restarts.
@@ -25,6 +26,7 @@ import yaml
 from appliance.config.schema import BoardsConfig, SupervisorConfig
 from appliance.deploy.board_rules import alert as _alert
 from appliance.deploy.board_rules import board_alerts
+from appliance.deploy.gateway_watch import gateway_alerts, gateway_scrape
 from appliance.deploy.site_appliance import Appliance
 from appliance.errors import ConfigError, Problem
 from appliance.observe.alerts import KV_ALERT
@@ -81,6 +83,13 @@ class AlertOptions:
         default=BoardsConfig().hot_margin_c,
         metadata={"help": "degrees below the trip point that alert (default: boards.hot_margin_c)"},
     )
+    gateway_shed_share: float = field(
+        default=0.1,
+        metadata={"help": "share of a model's requests the gateway sheds (429) that alerts, over the window"},
+    )
+    gateway_queue_for: str = field(
+        default="10m", metadata={"help": "a model's requests queued at the gateway without a break this long alerts"}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +106,10 @@ def render_prometheus(
     options: AlertOptions = AlertOptions(),
     source: str = "site file",
     docs_url: str = DOCS_URL,
+    gateways: tuple[str, ...] = (),
 ) -> PrometheusFiles:
-    """The scrape config and alert rules of one site; ConfigError naming the entry (of the file `source`) or the
-    credentials file otherwise."""
+    """The scrape config and alert rules of one site, and of its `gateways` (their exporters' host:port); ConfigError
+    naming the entry (of the file `source`), the credentials file or the flag otherwise."""
     _check(options)
     docs = urlsplit(docs_url)
     if docs.scheme not in ("http", "https") or not docs.netloc:
@@ -137,6 +147,8 @@ def render_prometheus(
     ]
     exporters = _exporters(site, entries)
     scrapes += exporters
+    if gateways:
+        scrapes.append(gateway_scrape(site, gateways))
     config = {
         "global": {"scrape_interval": options.scrape_interval, "evaluation_interval": options.evaluation_interval},
         "rule_files": [RULES_FILE],
@@ -144,11 +156,15 @@ def render_prometheus(
     }
     head = f"# Rendered by `appliance render prometheus` for site {site}; tokens are read from files, never held.\n"
     rules = _rules(site, options)
-    board_rules = board_alerts(site, options, bool(exporters))
-    for rule in [*rules["rules"], *board_rules]:
+    rule_groups = [
+        rules,
+        {"name": f"tt-appliance-{site}-boards", "rules": board_alerts(site, options, bool(exporters))},
+    ]
+    if gateways:
+        rule_groups.append({"name": f"tt-appliance-{site}-gateway", "rules": gateway_alerts(site, options)})
+    for rule in (r for group in rule_groups for r in group["rules"]):
         rule["annotations"]["runbook_url"] = docs_url.rstrip("/") + "/" + runbook_path(rule["alert"])
-    boards = {"name": f"tt-appliance-{site}-boards", "rules": board_rules}
-    return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": [rules, boards]}))
+    return PrometheusFiles(head + _yaml(config), head + _yaml({"groups": rule_groups}))
 
 
 def runbook_path(alert: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from appliance.deploy.systemd_sandbox import Line, escape, in_home, kernel, privileges, unit_text
 from appliance.plan import LaunchPlan
 
 __all__ = ["UNIT_PATHS", "USER", "SystemdUnit", "render_systemd", "with_unit_paths"]
@@ -33,11 +34,7 @@ UNIT_PATHS = (
 """The service's paths where the command line sets none: systemd's own directories for a service,
 which it creates for the service's user (the operator's $HOME is neither visible nor writable)."""
 _SYSTEMD_DIRS = (("/var/lib/", "StateDirectory"), ("/var/cache/", "CacheDirectory"), ("/var/log/", "LogsDirectory"))
-_HOMES = ("/home", "/root", "/run/user")
 _HUGEPAGES = ("/dev/hugepages-1G", "/dev/hugepages")  # tt-metal maps its host buffers from the 1G mount
-
-Line = tuple[str, str] | str
-"""A `key=value` setting, or a comment line for the operator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +80,7 @@ def render_systemd(
         "Service": [
             ("Type", "notify"),
             ("NotifyAccess", "main"),  # the engine's workers must not speak for the service
-            ("ExecStart", _escape(shlex.join(argv))),
+            ("ExecStart", escape(shlex.join(argv))),
             ("EnvironmentFile", f"-{env_file}"),
             ("TimeoutStartSec", str(math.ceil(plan.ready_timeout_s) + _BOOT_MARGIN_S)),
             ("TimeoutStopSec", str(math.ceil(sup.shutdown_timeout_s + sup.stop_grace_s) + 30)),
@@ -96,17 +93,17 @@ def render_systemd(
             *_file_system(plan, appliance),
             *_devices(plan),
             *_kernel(),
+            "# MemoryDenyWriteExecute= stays off: torch's oneDNN kernels and libffi's closures write code into",
+            "# memory and then execute it, which it forbids.",
             *_cpu_share(plan),
         ],
         "Install": [("WantedBy", "multi-user.target")],
     }
-    lines = [
+    header = [
         f"# config {plan.config_hash}; secrets ({', '.join(secrets)}) go in {env_file} (mode 0600)",
         f"# runs as the system user {USER}: useradd --system --no-create-home --shell /usr/sbin/nologin {USER}",
     ]
-    for section, entries in sections.items():
-        lines += ["", f"[{section}]", *(e if isinstance(e, str) else f"{e[0]}={e[1]}" for e in entries)]
-    return SystemdUnit(f"{stem}.service", "\n".join(lines) + "\n", env_file)
+    return SystemdUnit(f"{stem}.service", unit_text(header, sections), env_file)
 
 
 def _identity(plan: LaunchPlan) -> list[Line]:
@@ -119,20 +116,13 @@ def _identity(plan: LaunchPlan) -> list[Line]:
         ("Group", USER),
         "# The engine's libraries cache under $HOME and $XDG_CACHE_HOME (tt-metal's kernels, vLLM, torch).",
         ("Environment", shlex.join([f"HOME={state}", f"XDG_CACHE_HOME={cache}"]).replace("%", "%%")),
-        ("UMask", "0077"),
-        ("NoNewPrivileges", "yes"),
-        ("CapabilityBoundingSet", ""),
-        ("AmbientCapabilities", ""),
-        ("RestrictSUIDSGID", "yes"),
-        ("PrivateUsers", "yes"),
-        ("RemoveIPC", "yes"),
-        ("KeyringMode", "private"),
+        *privileges(),
     ]
 
 
 def _file_system(plan: LaunchPlan, appliance: str) -> list[Line]:
     paths = [plan.state_dir, str(plan.resolved["paths.cache_dir"]), plan.log_dir]
-    homes = sorted({p for p in (appliance, plan.python, *paths) if _in_home(p)})
+    homes = sorted({p for p in (appliance, plan.python, *paths) if in_home(p)})
     protect_home: list[Line] = [("ProtectHome", "yes")]
     if homes:
         protect_home = [
@@ -167,28 +157,16 @@ def _devices(plan: LaunchPlan) -> list[Line]:
 
 
 def _kernel() -> list[Line]:
-    return [
-        ("ProtectKernelTunables", "yes"),
-        ("ProtectKernelModules", "yes"),
-        ("ProtectKernelLogs", "yes"),
-        ("ProtectClock", "yes"),
-        ("ProtectHostname", "yes"),
-        ("RestrictNamespaces", "yes"),
-        ("RestrictRealtime", "yes"),
-        ("LockPersonality", "yes"),
-        "# The OpenAI and control APIs, the hub download and sd_notify; no netlink (glibc's getaddrinfo",
-        "# does without it). IP addresses stay open: the engine may bind any address and fetches from the hub.",
-        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
-        ("SystemCallArchitectures", "native"),
-        "# @system-service keeps @resources: vLLM's CPU backend binds threads and memory to cores and NUMA",
-        "# nodes (sched_setaffinity, mbind, set_mempolicy). A call outside the set fails with EPERM rather",
-        "# than killing the engine mid-request.",
-        ("SystemCallFilter", "@system-service"),
-        ("SystemCallFilter", "~@privileged"),
-        ("SystemCallErrorNumber", "EPERM"),
-        "# MemoryDenyWriteExecute= stays off: torch's oneDNN kernels and libffi's closures write code into",
-        "# memory and then execute it, which it forbids.",
+    network = [
+        "The OpenAI and control APIs, the hub download and sd_notify; no netlink (glibc's getaddrinfo",
+        "does without it). IP addresses stay open: the engine may bind any address and fetches from the hub.",
     ]
+    calls = [
+        "@system-service keeps @resources: vLLM's CPU backend binds threads and memory to cores and NUMA",
+        "nodes (sched_setaffinity, mbind, set_mempolicy). A call outside the set fails with EPERM rather",
+        "than killing the engine mid-request.",
+    ]
+    return kernel(network, calls)
 
 
 def _cpu_share(plan: LaunchPlan) -> list[Line]:
@@ -217,12 +195,3 @@ def _writable(paths: Sequence[str]) -> list[Line]:
         root, key = next(((r, k) for r, k in _SYSTEMD_DIRS if str(path).startswith(r)), ("", "ReadWritePaths"))
         lines += [(key, str(path)[len(root) :].replace("%", "%%"))] + ([(f"{key}Mode", "0700")] if root else [])
     return lines
-
-
-def _in_home(path: str) -> bool:
-    return any(path == h or path.startswith(h + "/") for h in _HOMES)
-
-
-def _escape(command: str) -> str:
-    """systemd expands % specifiers and $VARS in ExecStart; the command means them literally."""
-    return command.replace("%", "%%").replace("$", "$$")

@@ -74,6 +74,8 @@ class RequestTrace:
     """How many of them an earlier request had sent already."""
     image_tokens_planned: int | None = None
     """Prompt tokens the server counted for those images before the run (None: it could not count them)."""
+    priority: str | None = None
+    """The priority class it was sent with (None: no priority header)."""
 
     @property
     def ok(self) -> bool:
@@ -194,6 +196,7 @@ class _Recorder:
             image_pixels=sum(i.width * i.height for i in p.images),
             images_reused=sum(i.reused for i in p.images),
             image_tokens_planned=self.image_tokens,
+            priority=p.priority,
         )
 
 
@@ -208,8 +211,11 @@ _ERRORS: tuple[tuple[type[Exception], str], ...] = (
 class _Run:
     """One run: the shared clock, the in-flight tasks and the finished traces."""
 
-    def __init__(self, http: aiohttp.ClientSession, model: str, workload: WorkloadConfig, progress: ProgressFn) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, model: str, workload: WorkloadConfig, progress: ProgressFn, header: str
+    ) -> None:
         self.http, self.model, self.workload, self.progress = http, model, workload, progress
+        self.priority_header = header
         self.t0 = time.perf_counter()
         self.traces: list[RequestTrace] = []
         self.total = 0
@@ -226,8 +232,9 @@ class _Run:
         path, body = request_body(self.model, planned, prompt)
         rec = _Recorder(planned, self.now(), prompt.image_tokens)
         self.sent += 1
+        headers = {self.priority_header: planned.priority} if planned.priority else {}
         try:
-            await self._stream(rec, path, body)
+            await self._stream(rec, path, body, headers)
         except asyncio.CancelledError:
             rec.error = rec.error or "cancelled"
             raise
@@ -238,8 +245,8 @@ class _Run:
             self.traces.append(rec.trace(self.now()))
             self.report("running")
 
-    async def _stream(self, rec: _Recorder, path: str, body: dict[str, Any]) -> None:
-        async with _post(self.http, path, body) as response:
+    async def _stream(self, rec: _Recorder, path: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+        async with _post(self.http, path, body, headers) as response:
             if response.status != 200:
                 rec.error, rec.detail = f"http-{response.status}", (await response.text())[:200]
                 return
@@ -279,9 +286,12 @@ async def drive(
     requests: Requests,
     window: RunWindow,
     progress: ProgressFn,
+    priority_header: str = "X-Priority",
 ) -> tuple[tuple[RequestTrace, ...], float]:
-    """Run the requests within the window; return the traces (in index order) and the run's length."""
-    run = _Run(http, model, workload, progress)
+    """Run the requests within the window; return the traces (in index order) and the run's length.
+
+    A request with a priority class sends it in `priority_header` (the gateway's gateway.priority_header)."""
+    run = _Run(http, model, workload, progress, priority_header)
     tasks: set[asyncio.Task[None]] = set()
     if workload.arrival == "poisson":
         due = [(p, b) for p, b in requests if (p.at_s or 0.0) < window.duration_s]
@@ -321,11 +331,11 @@ async def _closed_loop(
     tasks.update(workers)
 
 
-def _post(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> Any:
+def _post(http: aiohttp.ClientSession, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
     """POST a JSON body from a file-like buffer: aiohttp writes a bytes body of images (megabytes) in one
     go, blocking the event loop and so every other stream's timing, and warns so."""
     data = io.BytesIO(json.dumps(body).encode())
-    return http.post(path, data=data, headers={"Content-Type": "application/json"})
+    return http.post(path, data=data, headers={"Content-Type": "application/json", **(headers or {})})
 
 
 def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:

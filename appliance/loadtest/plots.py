@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from appliance.loadtest.report import LoadReport
 from appliance.loadtest.stats import inter_token_gaps
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "write_step_plot"]
 
 
 def write_plots(reports: Sequence[LoadReport], out_dir: Path) -> tuple[Path, ...]:
@@ -27,6 +27,30 @@ def write_plots(reports: Sequence[LoadReport], out_dir: Path) -> tuple[Path, ...
         _save(_throughput(reports), out_dir / "throughput.png"),
         _save(_stall_timeline(reports), out_dir / "stalls.png"),
     )
+
+
+def write_step_plot(reports: Sequence[LoadReport], path: Path) -> Path:
+    """Admitted requests' TTFT p99 and the shed rate against the offered rate, one line per traffic-step report."""
+    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    ttft, shed = figure.subplots(1, 2)
+    for report in reports:
+        rows = [r for r in report.steps if r.priority is None]
+        offered = [r.offered_per_s for r in rows]
+        ttft.plot(offered, [(r.ttft.p99 or 0.0) / 1000 for r in rows], marker="o", label=report.run.label)
+        shed.plot(
+            offered,
+            [r.shed / report.step_plan.step_s if report.step_plan else 0.0 for r in rows],
+            marker="o",
+            label=report.run.label,
+        )
+    if reports:
+        ttft.axhline(reports[0].workload.slo_ttft_ms / 1000, color="tab:red", linestyle="--", label="TTFT SLO")
+    ttft.set(title="Admitted requests: TTFT p99", xlabel="offered requests/s", ylabel="seconds")
+    shed.set(title="Shed (429) rate", xlabel="offered requests/s", ylabel="requests/s")
+    for axes in (ttft, shed):
+        _finish(axes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(figure, path)
 
 
 def _save(figure: Figure, path: Path) -> Path:

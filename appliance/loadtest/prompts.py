@@ -19,7 +19,7 @@ import aiohttp
 from appliance.errors import EngineError
 from appliance.loadtest.workload import Api, PlannedRequest
 
-__all__ = ["BuiltPrompt", "ServerTokenizer", "build_prompts", "chat_messages"]
+__all__ = ["BuiltPrompt", "ServerTokenizer", "build_prompts", "chat_messages", "word_prompts"]
 
 _CORPUS = (
     "the river carried light across a quiet valley where farmers counted seasons by the color of "
@@ -121,6 +121,19 @@ async def build_prompts(
             return await builder.build(request, rng_start=random.Random(f"{seed}:text:{request.index}"))
 
     return tuple(await asyncio.gather(*(one(r) for r in planned)))
+
+
+def word_prompts(planned: tuple[PlannedRequest, ...], seed: int) -> tuple[BuiltPrompt, ...]:
+    """One prompt per planned request of as many corpus words as its planned tokens, without a tokenizer.
+
+    For a target that serves no /tokenize, such as a site's gateway (it routes only /v1/): the corpus's plain
+    words are about a token each, close enough where arrivals, not exact lengths, are measured.
+    """
+    rng = random.Random(f"{seed}:words")
+    return tuple(
+        BuiltPrompt(p.index, " ".join(rng.choice(_WORDS) for _ in range(p.prompt_tokens)), p.prompt_tokens, False)
+        for p in planned
+    )
 
 
 class _Builder:

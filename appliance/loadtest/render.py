@@ -10,9 +10,23 @@ from pathlib import Path
 from appliance import markdown
 from appliance.loadtest.report import KINDS, KindReport, LoadReport, report_json
 from appliance.loadtest.stats import Distribution
+from appliance.loadtest.steps import StepRow
 
-__all__ = ["MetricRow", "format_number", "metric_rows", "render_markdown", "write_reports"]
+__all__ = [
+    "STEP_COLUMNS",
+    "MetricRow",
+    "format_number",
+    "metric_rows",
+    "render_markdown",
+    "step_cells",
+    "write_reports",
+]
 
+STEP_COLUMNS = (
+    *("step", "x", "class", "offered/s", "sent", "admitted", "adm %", "shed", "shed p50 ms", "shed p99 ms"),
+    *("5xx", "4xx", "lost", "TTFT p50 ms", "TTFT p99 ms", "goodput/s"),
+)
+"""A traffic step's table: per step and class, what was offered and what came back."""
 _LATENCIES = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2E", "e2e"))
 _QUANTILES = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -159,3 +173,17 @@ def write_reports(reports: Sequence[LoadReport], out_dir: Path, names: Sequence[
     markdown = out_dir / "report.md"
     markdown.write_text(render_markdown(reports, plots))
     return (*written, markdown, *plots)
+
+
+def step_cells(row: StepRow) -> tuple[str, ...]:
+    """One row of the STEP_COLUMNS table."""
+    counts = (row.sent, row.admitted, 100 * row.admitted_share, row.shed, row.shed_latency.p50, row.shed_latency.p99)
+    return (
+        str(row.step + 1),
+        format_number(row.multiple),
+        row.priority or "all",
+        format_number(row.offered_per_s),
+        *(format_number(v) for v in counts),
+        *(str(v) for v in (row.server_errors, row.rejected, row.lost)),
+        *(format_number(v) for v in (row.ttft.p50, row.ttft.p99, row.goodput_per_s)),
+    )

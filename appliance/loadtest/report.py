@@ -30,7 +30,9 @@ from appliance.loadtest.stats import (
     stall_margin,
     throughput_timeline,
     tpot_s,
+    ttft_distribution,
 )
+from appliance.loadtest.steps import StepPlan, StepRow
 
 __all__ = ["KINDS", "KindReport", "LoadReport", "RunFacts", "load_report", "report_json", "summarize"]
 
@@ -104,6 +106,10 @@ class LoadReport:
     """Every other failed request: 5xx, broken or unfinished streams, timeouts, connection failures."""
     by_kind: Mapping[str, KindReport] = field(default_factory=lambda: MappingProxyType({}))
     """Text and image requests apart (only the kinds the run sent)."""
+    step_plan: StepPlan | None = None
+    """The traffic step the run sent (None: the workload's own arrivals)."""
+    steps: tuple[StepRow, ...] = ()
+    """What each step and priority class got back (loadtest --steps)."""
 
 
 def summarize(run: RunFacts, workload: WorkloadConfig, traces: Sequence[RequestTrace]) -> LoadReport:
@@ -123,7 +129,7 @@ def summarize(run: RunFacts, workload: WorkloadConfig, traces: Sequence[RequestT
         completed=len(ok),
         failed=len(traces) - len(ok),
         errors=MappingProxyType(error_counts(traces)),
-        ttft=_ttft(ok),
+        ttft=ttft_distribution(ok),
         itl=distribution(gaps),
         tpot=_tpot(ok),
         e2e=_e2e(ok),
@@ -151,17 +157,13 @@ def _kind(traces: Sequence[RequestTrace], workload: WorkloadConfig, duration: fl
         completed=len(ok),
         client_errors=errors["client"],
         server_errors=errors["server"],
-        ttft=_ttft(ok),
+        ttft=ttft_distribution(ok),
         e2e=_e2e(ok),
         tpot=_tpot(ok),
         goodput=goodput(traces, workload.slo_ttft_ms, workload.slo_itl_ms, duration),
         images=sum(t.images for t in traces),
         images_reused=sum(t.images_reused for t in traces),
     )
-
-
-def _ttft(ok: Sequence[RequestTrace]) -> Distribution:
-    return distribution([t.first_token_s - t.sent_s for t in ok if t.first_token_s is not None])
 
 
 def _tpot(ok: Sequence[RequestTrace]) -> Distribution:

@@ -46,6 +46,7 @@ __all__ = [
     "stall_margin",
     "throughput_timeline",
     "tpot_s",
+    "ttft_distribution",
 ]
 
 QUANTILES = (50.0, 90.0, 95.0, 99.0)
@@ -117,6 +118,11 @@ def distribution(seconds: Sequence[float]) -> Distribution:
         return Distribution(0, None, None, None, None, None, None)
     p50, p90, p95, p99 = (percentile(ms, q) for q in QUANTILES)
     return Distribution(len(ms), sum(ms) / len(ms), p50, p90, p95, p99, max(ms))
+
+
+def ttft_distribution(ok: Sequence[RequestTrace]) -> Distribution:
+    """Time to first token of the requests that streamed one."""
+    return distribution([t.first_token_s - t.sent_s for t in ok if t.first_token_s is not None])
 
 
 def inter_token_gaps(trace: RequestTrace) -> list[tuple[float, float]]:

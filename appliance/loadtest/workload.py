@@ -58,6 +58,8 @@ class PlannedRequest:
     penalties: bool
     shared_prefix: bool
     images: tuple[PlannedImage, ...] = ()
+    priority: str | None = None
+    """The priority class sent in the priority header (a step workload's mix); None: no header."""
 
 
 def plan_requests(workload: WorkloadConfig, count: int) -> tuple[PlannedRequest, ...]:

@@ -17,7 +17,8 @@ import pytest
 
 from appliance.control.client import ApiError
 from appliance.observe.engine_metrics import parse_metrics
-from testkit.appliance_process import API_KEY, BODY, ClosedLoop, Served, running_gateway
+from testkit.appliance_process import API_KEY, BODY, ClosedLoop, Served
+from testkit.gateway_site import running_gateway
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -51,7 +52,11 @@ def gateway_pair(
         f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
         f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n"
     )
-    with running_gateway(site, {"A_TOKEN": a.token, "B_TOKEN": b.token}, tmp_path / "gw", BODY, AUTH) as url:
+    tokens = {"A_TOKEN": a.token, "B_TOKEN": b.token}
+    models = [str(BODY["model"])]
+    with running_gateway(
+        site, tmp_path / "gw", models=models, headers=AUTH, env=tokens, check_interval_ms=250, within_s=60
+    ) as url:
         yield a, b, url, tmp_path / "gw" / "haproxy.cfg"
 
 

@@ -146,11 +146,63 @@ ALERTS = (
 )
 
 
-def rule_tests(rules: dict[str, object]) -> dict[str, object]:
-    """promtool's unit tests of the rendered rules: each alert silent, then firing with its runbook."""
-    rendered = {r["alert"]: r for r in rules["groups"][0]["rules"]}  # type: ignore[index]
-    cases = []
-    for name, silent, firing, expected in ALERTS:
+GATEWAY = 'job="lab-gateway", instance="10.0.4.20:8405"'
+GATEWAY_SERIES_IN = {
+    f'haproxy_backend_{name}{{{GATEWAY}, proxy="model:{model}", model="{model}"}}': values
+    for model, series in {
+        "tiny-a": {
+            "http_requests_total": "0+100x15",
+            "requests_denied_total": "0+10x15",
+            "connection_errors_total": "0+10x15",
+            "current_queue": "0 3x15",
+        },
+        "tiny-b": {
+            "http_requests_total": "0+100x15",
+            "requests_denied_total": "0+1x15",
+            "connection_errors_total": "0x15",
+            "current_queue": "3x5 0 3x10",
+        },
+    }.items()
+    for name, values in series.items()
+}
+"""As the exporter names them, with the `model` label the scrape adds: tiny-a sheds 20 % of its requests and its
+queue never empties after the first minute; tiny-b sheds 1 % and its queue emptied once, at 6m."""
+GATEWAY_ALERTS = (
+    (
+        "ApplianceGatewayShedding",
+        "3m",
+        "7m",
+        [
+            (
+                {"job": "lab-gateway", "instance": "10.0.4.20:8405", "proxy": "model:tiny-a", "model": "tiny-a"},
+                "gateway 10.0.4.20:8405: tiny-a sheds 20% of its requests",
+            )
+        ],
+    ),
+    (
+        "ApplianceGatewayQueueSaturated",
+        "5m",
+        "11m",
+        [
+            (
+                {"job": "lab-gateway", "instance": "10.0.4.20:8405", "proxy": "model:tiny-a", "model": "tiny-a"},
+                "gateway 10.0.4.20:8405: tiny-a has had requests queued for 10m",
+            )
+        ],
+    ),
+)
+
+
+def rule_tests(
+    rules: dict[str, object],
+    alerts: tuple[tuple[str, str, str, list[tuple[dict[str, str], str]]], ...] = ALERTS,
+    series_in: dict[str, str] = SERIES_IN,
+    group: int = 0,
+) -> dict[str, object]:
+    """promtool's unit tests of the rendered rules of `group`: each alert silent, then firing with its runbook."""
+    rendered = {r["alert"]: r for r in rules["groups"][group]["rules"]}  # type: ignore[index]
+    cases: list[dict[str, object]] = []
+    for name, silent, firing, expected in alerts:
         severity = rendered[name]["labels"]["severity"]
         annotations = rendered[name]["annotations"]
         runbook, runbook_url = annotations["runbook"], annotations["runbook_url"]
@@ -168,7 +220,7 @@ def rule_tests(rules: dict[str, object]) -> dict[str, object]:
                 ],
             }
         )
-    series = [{"series": name, "values": values} for name, values in SERIES_IN.items()]
+    series = [{"series": name, "values": values} for name, values in series_in.items()]
     return {
         "rule_files": ["tt-appliance-rules.yml"],
         "evaluation_interval": "1m",
@@ -198,6 +250,28 @@ def test_each_alert_fires_on_its_condition_and_stays_silent_otherwise(
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(rule_tests(rules)))
     tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_the_gateway_is_scraped_with_a_model_label_and_its_alerts_fire_on_the_exporters_series(
+    cli: Cli, site: tuple[Path, Path], tmp_path: Path
+) -> None:
+    site_file, creds = site
+    flags = ("--site-file", str(site_file), "--credentials-dir", str(creds), "--gateway", "10.0.4.20:8405")
+    ran = cli("render", "prometheus", *flags, "--out", str(tmp_path))
+    assert ran.returncode == 0, ran.stderr
+    assert promtool("check", "config", "prometheus.yml", cwd=tmp_path).returncode == 0
+    assert "SUCCESS: 16 rules found" in promtool("check", "rules", "tt-appliance-rules.yml", cwd=tmp_path).stdout
+    jobs = {s["job_name"]: s for s in yaml.safe_load((tmp_path / "prometheus.yml").read_text())["scrape_configs"]}
+    assert jobs["lab-gateway"]["static_configs"] == [{"targets": ["10.0.4.20:8405"]}]
+    assert "authorization" not in jobs["lab-gateway"]  # the exporter needs no token
+    rules = yaml.safe_load((tmp_path / "tt-appliance-rules.yml").read_text())
+    assert [g["name"] for g in rules["groups"]][2] == "tt-appliance-lab-gateway"
+    assert {r["alert"] for r in rules["groups"][2]["rules"]} == {a[0] for a in GATEWAY_ALERTS}
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(rule_tests(rules, GATEWAY_ALERTS, GATEWAY_SERIES_IN, 2)))
+    tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    refused = cli("render", "prometheus", *flags[:-1], "gateway.lab", "--out", str(tmp_path / "no"))
+    assert refused.returncode == 2 and refused.stderr.startswith("error[alert-option] --gateway: 'gateway.lab' is not")
 
 
 def test_the_dashboard_is_grafanas_own_model_with_a_panel_per_question(cli: Cli, site: tuple[Path, Path]) -> None:
@@ -302,3 +376,20 @@ def test_each_alert_links_to_its_runbook_where_the_site_serves_the_docs(
         "error[alert-option] --docs-url: 'docs/' is not an http(s) URL. Pass --docs-url "
         "https://tt-appliance.invalid/docs/ or where your site serves the docs"
     )
+
+
+def test_with_a_gateway_the_dashboard_has_a_row_of_what_it_admits_queues_and_sheds_per_model(
+    cli: Cli, site: tuple[Path, Path]
+) -> None:
+    ran = cli("render", "grafana", "--site-file", str(site[0]), "--gateway", "10.0.4.20:8405")
+    assert ran.returncode == 0, ran.stderr
+    panels = json.loads(ran.stdout)["panels"]
+    gateway = panels[[p["title"] for p in panels].index("Gateway") + 1 :]
+    exprs = [t["expr"] for p in gateway for t in p["targets"]]
+    assert [t["legendFormat"] for p in gateway for t in p["targets"]] == [
+        "{{model}} admitted",
+        "{{model}} shed",
+        "{{model}}",
+    ]
+    assert all('job="lab-gateway",model!=""' in e for e in exprs)
+    assert "haproxy_backend_requests_denied_total" in exprs[1] and "haproxy_backend_current_queue" in exprs[2]

@@ -79,8 +79,8 @@ def test_every_rendered_alert_links_to_its_runbook_page(site: Path, tmp_path: Pa
     secret = tmp_path / "APPLIANCE_TOKEN"
     secret.write_text("x")
     secret.chmod(0o600)
-    files = render_prometheus("lab", [SiteEntry("a", "http://127.0.0.1:8100")], tmp_path)
-    rules = yaml.safe_load(files.rules)["groups"][0]["rules"]
+    files = render_prometheus("lab", [SiteEntry("a", "http://127.0.0.1:8100")], tmp_path, gateways=("127.0.0.1:8405",))
+    rules = [r for group in yaml.safe_load(files.rules)["groups"] for r in group["rules"]]
     site_url = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
     assert site_url == DOCS_URL
     for rule in rules:
