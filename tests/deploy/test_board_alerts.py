@@ -4,15 +4,9 @@ board series and the recorded tt-telemetry page."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
-import subprocess
-import time
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import yaml
 from starlette.applications import Starlette
@@ -23,7 +17,8 @@ from starlette.routing import Route
 from appliance.config.schema import BoardsConfig
 from appliance.observe.board_sources import board_monitor
 from testkit.board_scenarios import BOARDS, HOSTS
-from testkit.helpers import Cli, free_port, promtool
+from testkit.helpers import Cli, promtool
+from testkit.prometheus import query_until, running_prometheus
 from testkit.recorded_appliance import recorded_api, serving
 
 BOARD_ALERTS = (
@@ -183,8 +178,6 @@ async def test_a_real_prometheus_scrapes_an_appliances_boards_and_the_recorded_t
 ) -> None:
     """The recorded appliance's control API with a monitor on the recorded T3K tree, and the exporter page, each over
     real HTTP, scraped by the real Prometheus with the jobs, token file and labels the render gives."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is missing: `make prometheus` installs Debian's prometheus package"
     page = (BOARDS / "tt-telemetry-t3k.txt").read_text()
     (tmp_path / "token").write_text("recorded-token")
 
@@ -198,7 +191,6 @@ async def test_a_real_prometheus_scrapes_an_appliances_boards_and_the_recorded_t
         serving(api.app) as control,
         serving(Starlette(routes=[Route("/metrics", exporter)])) as tt,
     ):
-        port = free_port()
         (tmp_path / "prometheus.yml").write_text(
             yaml.safe_dump(
                 {
@@ -219,37 +211,8 @@ async def test_a_real_prometheus_scrapes_an_appliances_boards_and_the_recorded_t
                 }
             )
         )
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            chips = await _query(port, 'tt_asic_temperature_celsius{job="lab-tt-telemetry",appliance="a"}', 9)
-            boards = await _query(port, 'appliance_board_temperature_celsius{job="lab",appliance="a"}', 4)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+        with running_prometheus(tmp_path / "prometheus.yml", tmp_path / "tsdb") as port:
+            chips = await query_until(port, 'tt_asic_temperature_celsius{job="lab-tt-telemetry",appliance="a"}', 9)
+            boards = await query_until(port, 'appliance_board_temperature_celsius{job="lab",appliance="a"}', 4)
     assert {r["metric"]["hostname"] for r in chips} == {"t3k-lab-07", "t3k-lab-08"}
     assert {(r["metric"]["board"], r["metric"]["slot"]) for r in boards} == {(str(b), "engine") for b in range(4)}
-
-
-async def _query(port: int, expr: str, least: int, timeout: float = 20.0) -> list[dict[str, Any]]:
-    """The instant query's results once it has at least `least` of them (the served apps answer meanwhile)."""
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=2.0) as http:
-        while time.monotonic() < deadline:
-            try:
-                reply = await http.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr})
-                results: list[dict[str, Any]] = reply.json()["data"]["result"]
-                if len(results) >= least:
-                    return results
-            except (httpx.HTTPError, KeyError, ValueError):
-                pass
-            await asyncio.sleep(0.2)
-    raise AssertionError(f"prometheus never had {least} results for {expr}")

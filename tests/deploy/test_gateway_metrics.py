@@ -5,8 +5,6 @@ its model."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +14,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.gateway_site import Engine, running_gateway, running_site
-from testkit.helpers import Cli, free_port, free_ports
-
-from .test_board_alerts import _query
+from testkit.helpers import Cli, free_ports
+from testkit.prometheus import query_until, running_prometheus
 
 SLOW = Engine("a", "tiny-a", max_concurrency=2, delay_s=1.0)
 FAST = Engine("b", "tiny-b", max_concurrency=4)
@@ -95,8 +92,6 @@ async def test_prometheus_scrapes_the_gateway_with_each_series_labelled_by_its_m
     cli: Cli, gateway: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     site, _, metrics = gateway
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is missing: `make prometheus` installs Debian's prometheus package"
     creds = tmp_path / "credentials"
     creds.mkdir()
     (creds / "APPLIANCE_TOKEN").write_text("x")
@@ -108,21 +103,7 @@ async def test_prometheus_scrapes_the_gateway_with_each_series_labelled_by_its_m
     config["global"]["scrape_interval"] = "200ms"
     config["scrape_configs"] = [s for s in config["scrape_configs"] if s["job_name"] == "lab-gateway"]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        queued = await _query(port, 'haproxy_backend_current_queue{job="lab-gateway",model!=""}', 2)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with running_prometheus(tmp_path / "prometheus.yml", tmp_path / "tsdb") as port:
+        queued = await query_until(port, 'haproxy_backend_current_queue{job="lab-gateway",model!=""}', 2)
     assert {r["metric"]["model"] for r in queued} == {SLOW.model, FAST.model}
     assert {r["metric"]["proxy"] for r in queued} == {"model:tiny-a", "model:tiny-b"}

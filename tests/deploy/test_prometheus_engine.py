@@ -4,8 +4,6 @@ not-ready alert go pending, and the control token appears neither in Prometheus'
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,8 @@ import httpx
 import pytest
 
 from testkit.appliance_process import Served
-from testkit.helpers import Cli, free_port, stop_process
+from testkit.helpers import Cli
+from testkit.prometheus import running_prometheus
 
 pytestmark = pytest.mark.engine  # the conftest gate skips it without the CPU engine
 
@@ -47,26 +46,8 @@ def prometheus(cli: Cli, restartable_appliance: Served, tmp_path: Path) -> Itera
         "10m",
     )
     assert ran.returncode == 0, ran.stderr
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is missing: `make prometheus` installs Debian's prometheus package"
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={out / 'prometheus.yml'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
+    with running_prometheus(out / "prometheus.yml", tmp_path / "data", tmp_path / "prometheus.log") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process(proc, timeout=20)
-        log.close()
 
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:
