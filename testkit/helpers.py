@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -27,6 +28,8 @@ from appliance.plan import LaunchPlan, build_plan
 from appliance.runtime.lifecycle import EngineState
 from appliance.runtime.supervisor import EngineSupervisor
 
+from .paths import ROOT
+
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
 REPLAY_ENGINE = Path(__file__).with_name("replay_engine.py")
 # The Hypothesis profile (tests/conftest.py): "ci" under `make test`, "dev" otherwise.
@@ -43,6 +46,21 @@ def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> s
     binary = shutil.which("promtool")
     assert binary, "promtool is missing: `make prometheus` installs Debian's prometheus package"
     return subprocess.run([binary, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+CHECKOV = ROOT / ".tools" / "checkov" / "bin" / "checkov"
+"""checkov, the manifests' policy check, in a venv of its own (`make checkov`)."""
+
+
+def checkov_report(folder: Path) -> dict[str, Any]:
+    """checkov's JSON report on the Kubernetes manifests under `folder`."""
+    if not CHECKOV.is_file():
+        pytest.fail(f"checkov is not installed at {CHECKOV.relative_to(ROOT)}: `make checkov` installs it", False)
+    command = [str(CHECKOV), "-d", str(folder), "--framework", "kubernetes", "-o", "json", "--skip-download"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
 
 
 def free_ports(count: int) -> tuple[int, ...]:

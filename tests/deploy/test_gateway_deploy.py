@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,9 @@ from appliance.deploy.gateway_k8s import CLIENTS_DIR, CONFIG_DIR, GATEWAY_CLIENT
 from appliance.deploy.k8s import SECRETS_DIR
 from appliance.deploy.k8s_policy import CONTROL_CLIENT, ENGINE_CLIENT
 from appliance.errors import ConfigError
-from testkit.helpers import Cli
+from testkit.helpers import Cli, checkov_report
 from tests.deploy.test_deploy import K8S_VERSION
-from tests.deploy.test_k8s_hardening import CHECKOV, DIGEST
+from tests.deploy.test_k8s_hardening import DIGEST
 from tests.deploy.test_systemd_hardening import MAX_EXPOSURE, analyze
 
 PLANTED_KEY = "sk-planted-client-key-0123456789"
@@ -160,8 +158,6 @@ def test_the_policy_admits_labelled_clients_and_the_pod_reaches_the_appliances(m
 @pytest.fixture(scope="module")
 def checkov(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """checkov over two renders side by side: an open endpoint by digest, and one with a client by tag."""
-    if not CHECKOV.is_file():
-        pytest.fail(f"checkov is not installed at {CHECKOV}: `make checkov` installs it", False)
     out = tmp_path_factory.mktemp("gateway-k8s")
     (out / "lab.yaml").write_text(SITE)
     renders = {"open": ([], DIGEST), "clients": (["gateway.clients.alice={key_file: /keys/alice}"], "tt-appliance:1")}
@@ -177,15 +173,7 @@ def checkov(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             port=8080,
         )
         manifests.write(out / "render" / name)
-    done = subprocess.run(
-        [str(CHECKOV), "-d", str(out / "render"), "--framework", "kubernetes", "-o", "json", "--skip-download"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    return checkov_report(out / "render")
 
 
 def test_checkov_fails_no_check_and_skips_only_the_tag_with_its_reason(checkov: dict[str, Any]) -> None:

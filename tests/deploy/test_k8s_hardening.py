@@ -4,8 +4,6 @@ fetch's init container is held to the same."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -15,10 +13,9 @@ from appliance.config.compose import compose_config
 from appliance.deploy.k8s import POD_OVERRIDES, SECRETS_DIR, render_k8s
 from appliance.deploy.k8s_policy import CONTROL_CLIENT, ENGINE_CLIENT
 from appliance.errors import ConfigError
-from testkit.appliance_process import ROOT
+from testkit.helpers import checkov_report
 from tests.deploy.test_deploy import kinds, pinned, rendered, validated
 
-CHECKOV = ROOT / ".tools" / "checkov" / "bin" / "checkov"
 DIGEST = "registry.example/tt-appliance@sha256:" + "0" * 64
 # Rendered side by side under distinct names, so checkov's graph checks cannot pair one render's pod
 # with another's NetworkPolicy.
@@ -35,21 +32,11 @@ RENDERS = {
 @pytest.fixture(scope="module")
 def checkov(matrix: CompatibilityMatrix, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One checkov run (`--framework kubernetes`) over every render: its JSON report."""
-    if not CHECKOV.is_file():
-        pytest.fail(f"checkov is not installed at {CHECKOV.relative_to(ROOT)}: `make checkov` installs it", False)
     out, locks = tmp_path_factory.mktemp("k8s"), tmp_path_factory.mktemp("weights-locks")
     for name, (overrides, image) in RENDERS.items():
         more = pinned(locks) if name == "cpu-pinned" else ()
         render_k8s(validated(matrix, *overrides, *more), image=image, name=f"tt-{name}").write(out / name)
-    done = subprocess.run(
-        [str(CHECKOV), "-d", str(out), "--framework", "kubernetes", "-o", "json", "--skip-download"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    return checkov_report(out)
 
 
 def test_checkov_fails_no_check_on_any_render(checkov: dict[str, Any]) -> None:
