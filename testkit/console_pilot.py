@@ -18,10 +18,13 @@ from tui.widgets.quiet import QuietText
 from .recorded_appliance import Recorded
 
 
-def recorded_console(*recorded: Recorded, extra: Sequence[Target] = (), read_only: bool = False) -> ConsoleApp:
+def recorded_console(
+    *recorded: Recorded, extra: Sequence[Target] = (), read_only: bool = False, gateway_metrics: str | None = None
+) -> ConsoleApp:
     """The console watching recorded appliances (each one recorded page further per poll), then `extra`."""
     targets = [Target(f"recorded-{i}", r.url, r.token) for i, r in enumerate(recorded)]
-    return make_console(ControlClient([*targets, *extra]), read_only=read_only, refresh_s=0)
+    client = ControlClient([*targets, *extra])
+    return make_console(client, read_only=read_only, refresh_s=0, gateway_metrics=gateway_metrics)
 
 
 async def poll(pilot: Pilot[None], times: int = 1) -> None:

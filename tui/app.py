@@ -1,9 +1,10 @@
 """The operator console: one appliance in detail, or every appliance of a site.
 
 `make_console` builds it for the CLI and for the tests alike. Polls run in the `status-poll`
-worker group and fetch only what the shown mode displays; the engine log of the selected
-appliance streams in the `log-follow` group while the log screen is shown. Both report back with
-messages, and screens only display what the app hands them.
+worker group and fetch only what the shown mode displays (the fleet also reads the site gateway's
+exporter, when given); the engine log of the selected appliance streams in the `log-follow` group
+while the log screen is shown. Both report back with messages, and screens only display what the
+app hands them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from textual.reactive import var
 from textual.screen import Screen
 
 from appliance.control.client import Action, ApiError, ControlClient, Target
-from tui.messages import LogLinesArrived, StatusPolled
+from appliance.control.gateway_view import GatewayReading, gateway_traffic
+from tui.messages import GatewayPolled, LogLinesArrived, StatusPolled
 from tui.poll import Poller
 from tui.screens.base import ApplianceScreen
 from tui.screens.config import ConfigScreen
@@ -28,13 +30,14 @@ from tui.screens.confirm import ConfirmScreen, describe
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.logs import LogsScreen
-from tui.view import ApplianceView, build_view
+from tui.view import ApplianceView, GatewayView, build_view
 
 __all__ = ["ConsoleApp", "make_console", "run_console"]
 
 _LOG_KEEP = 5000
 _RECONNECT_S = 2.0
 _DETAIL_EVERY = 3  # host facts and checks change slowly; polling them each second cost CPU for nothing
+_GATEWAY_POLLS = 5  # the rates' window: one poll's counts flicker (a burst lands in one interval or the next)
 
 
 class ConsoleApp(App[None]):
@@ -53,19 +56,24 @@ class ConsoleApp(App[None]):
     ]
     selected: var[str] = var("")
 
-    def __init__(self, client: ControlClient, *, read_only: bool, refresh_s: float) -> None:
+    def __init__(
+        self, client: ControlClient, *, read_only: bool, refresh_s: float, gateway_metrics: str | None = None
+    ) -> None:
         super().__init__()
         self.client = client
         self.poller = Poller(client)
         self.read_only = read_only
         self.refresh_s = refresh_s
+        self.gateway_metrics = gateway_metrics
         self.views: dict[str, ApplianceView] = {}
+        self._gateway_readings: deque[GatewayReading] = deque(maxlen=_GATEWAY_POLLS + 1)
         self._log_lines: deque[str] = deque(maxlen=_LOG_KEEP)
         self._polls = 0
 
     def on_mount(self) -> None:
         names = list(self.client.targets)
-        self.switch_mode("fleet" if len(names) > 1 else "dashboard")
+        site = len(names) > 1 or self.gateway_metrics is not None  # the gateway is shown with the site
+        self.switch_mode("fleet" if site else "dashboard")
         self.selected = names[0]
         self.action_refresh()
         if self.refresh_s > 0:
@@ -93,8 +101,20 @@ class ConsoleApp(App[None]):
     async def poll_all(self) -> None:
         names, detail = self._wanted()
         self._polls += 1
-        for polled in await asyncio.gather(*(self.poller.poll(name, detail=detail) for name in names)):
+        appliances = asyncio.gather(*(self.poller.poll(name, detail=detail) for name in names))
+        if self.gateway_metrics is not None and isinstance(self._base(), FleetScreen):
+            polls, gateway = await asyncio.gather(appliances, self._read_gateway(self.gateway_metrics))
+            self.post_message(gateway)
+        else:
+            polls = await appliances
+        for polled in polls:
             self.post_message(StatusPolled(polled))
+
+    async def _read_gateway(self, url: str) -> GatewayPolled:
+        try:
+            return GatewayPolled(await self.client.gateway(url))
+        except ApiError as err:
+            return GatewayPolled(None, err.reason)
 
     def _wanted(self) -> tuple[tuple[str, ...], bool]:
         """The appliances the shown mode displays, and whether it shows their host facts and checks.
@@ -102,7 +122,7 @@ class ConsoleApp(App[None]):
         Only what is on screen is fetched: the fleet needs every appliance's state and load, the
         other modes the selected appliance's, and only the dashboard its host facts and checks.
         """
-        base = self.screen_stack[0] if self.screen_stack else None  # under a dialog, the mode's screen
+        base = self._base()
         if isinstance(base, FleetScreen):
             return tuple(self.client.targets), False
         detail = isinstance(base, DashboardScreen) and self._polls % _DETAIL_EVERY == 0
@@ -122,6 +142,19 @@ class ConsoleApp(App[None]):
         elif isinstance(screen, ApplianceScreen) and name == self.selected:
             screen.view = self.views[name]
 
+    def on_gateway_polled(self, message: GatewayPolled) -> None:
+        readings = self._gateway_readings
+        if message.reading is not None:
+            readings.append(message.reading)
+        traffic = () if message.error is not None else gateway_traffic(readings)  # unread: the reason, no old figures
+        view = GatewayView(self.gateway_metrics or "", traffic, max(len(readings) - 1, 0), message.error)
+        screen = self._shown()
+        if isinstance(screen, FleetScreen):
+            screen.gateway = view
+
+    def _base(self) -> Screen[object] | None:
+        return self.screen_stack[0] if self.screen_stack else None  # under a dialog, the mode's screen
+
     def _shown(self) -> Screen[object] | None:
         # Messages still in flight while the app exits find no screen; they have nothing to update.
         return self.screen_stack[-1] if self.screen_stack else None
@@ -138,8 +171,7 @@ class ConsoleApp(App[None]):
 
     def _follow_logs(self, *, restart: bool) -> None:
         """Stream the selected appliance's log while the log screen is its mode's screen, and only then."""
-        base = self.screen_stack[0] if self.screen_stack else None
-        shown = isinstance(base, LogsScreen) and bool(self.selected)
+        shown = isinstance(self._base(), LogsScreen) and bool(self.selected)
         if shown and not restart and any(w.group == "log-follow" and w.is_running for w in self.workers):
             return  # e.g. a dialog came and went over the log: the stream went on beneath it
         self.workers.cancel_group(self, "log-follow")
@@ -201,11 +233,18 @@ class ConsoleApp(App[None]):
         self.action_refresh()
 
 
-def make_console(client: ControlClient, *, read_only: bool = False, refresh_s: float = 1.0) -> ConsoleApp:
-    """The console for the appliances `client` watches; refresh_s=0 polls only on ctrl+r."""
-    return ConsoleApp(client, read_only=read_only, refresh_s=refresh_s)
+def make_console(
+    client: ControlClient, *, read_only: bool = False, refresh_s: float = 1.0, gateway_metrics: str | None = None
+) -> ConsoleApp:
+    """The console for the appliances `client` watches; refresh_s=0 polls only on ctrl+r. With `gateway_metrics`
+    (the site gateway's exporter URL) the site view shows each model's queue and admitted and shed rates too."""
+    return ConsoleApp(client, read_only=read_only, refresh_s=refresh_s, gateway_metrics=gateway_metrics)
 
 
-def run_console(targets: Sequence[Target], *, read_only: bool, refresh_s: float) -> None:
+def run_console(
+    targets: Sequence[Target], *, read_only: bool, refresh_s: float, gateway_metrics: str | None = None
+) -> None:
     """Run the console in this terminal until the operator quits (the `appliance console` entry point)."""
-    make_console(ControlClient(targets), read_only=read_only, refresh_s=refresh_s).run()
+    make_console(
+        ControlClient(targets), read_only=read_only, refresh_s=refresh_s, gateway_metrics=gateway_metrics
+    ).run()

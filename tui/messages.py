@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from appliance.control.gateway_view import GatewayReading
 from tui.poll import Polled
 
-__all__ = ["LogLinesArrived", "StatusPolled"]
+__all__ = ["GatewayPolled", "LogLinesArrived", "StatusPolled"]
 
 
 @dataclass
@@ -20,6 +21,14 @@ class StatusPolled(Message):
     def can_replace(self, message: Message) -> bool:
         # Only the newest poll of an appliance matters when the app falls behind.
         return isinstance(message, StatusPolled) and message.polled.name == self.polled.name
+
+
+@dataclass
+class GatewayPolled(Message):
+    """A read of the site gateway's exporter finished: its reading, or why there is none."""
+
+    reading: GatewayReading | None
+    error: str | None = None
 
 
 @dataclass

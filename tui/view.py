@@ -1,13 +1,15 @@
-"""What the screens show of one appliance: the latest poll, with the load and alerts it carries."""
+"""What the screens show of one appliance: the latest poll, with the load and alerts it carries; and of the site
+gateway: each model's traffic."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from appliance.control.documents import SchedulerDocument, SummaryDocument
+from appliance.control.gateway_view import ModelTraffic
 from tui.poll import Polled
 
-__all__ = ["ApplianceView", "build_view"]
+__all__ = ["ApplianceView", "GatewayView", "build_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +32,13 @@ def build_view(polled: Polled) -> ApplianceView:
     if load is None:  # e.g. an appliance older than GET /load: say so rather than show "ok"
         return ApplianceView(polled, None, (polled.metrics_error or "no load",), None)
     return ApplianceView(polled, load.summary, load.alerts, load.scheduler)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayView:
+    """The site gateway's exporter at `url`: each model's traffic over `polls` polls, or why it could not be read."""
+
+    url: str
+    models: tuple[ModelTraffic, ...]
+    polls: int
+    error: str | None = None

@@ -45,7 +45,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
     run = next(iter(found)).load()
     # The terminal belongs to the console while it runs: a log line on stderr would tear its screen.
     logging.getLogger().handlers = [logging.NullHandler()]
-    run(targets, read_only=args.read_only, refresh_s=args.refresh)
+    run(targets, read_only=args.read_only, refresh_s=args.refresh, gateway_metrics=args.gateway_metrics)
     return 0
 
 
@@ -58,4 +58,12 @@ def register(command: Command) -> None:
     console.add_argument("--refresh", type=float, default=1.0, help="seconds between polls (default 1)")
     console.add_argument("--token-env", default="APPLIANCE_TOKEN", help="env var with the token for --url")
     console.add_argument("--token-file", help="token file that `serve` printed, for --url")
+    # A flag, not a site-file key: the site file is a list of appliances (read by `gateway` and `render` too), and
+    # the gateway's exporter is named by flag wherever else it appears (`gateway --metrics-listen`, `render --gateway`).
+    console.add_argument(
+        "--gateway-metrics",
+        metavar="URL",
+        help="the site gateway's exporter (e.g. http://127.0.0.1:8405/metrics): the fleet shows each model's queue "
+        "and admitted and shed rates",
+    )
     console.add_argument("--ca-file", help="CA bundle that verifies an https --url (control.tls)")

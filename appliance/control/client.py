@@ -10,13 +10,15 @@ the last document of each GET with its ETag and sends If-None-Match, so an uncha
 comes back as a bodiless 304 and is handed out again, the very object, without parsing (an
 appliance that sends no ETag is read as before). The blocking client is httpx's, whose
 `transport` seam lets tests pass `httpx.MockTransport`; the async one is tested over real HTTP.
-The bearer header is built in `_headers` alone.
+The bearer header is built in `_headers` alone. The async client also reads the site gateway's exporter page, so the
+console's one connection pool serves it too (appliance.control.gateway_view).
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
@@ -35,6 +37,7 @@ from appliance.control.documents import (
     StateDocument,
     parse,
 )
+from appliance.control.gateway_view import GatewayReading, read_gateway
 from appliance.control.tls import client_context
 from appliance.control.upgrade_documents import UpgradeDocument
 from appliance.errors import ApiError
@@ -161,6 +164,21 @@ class ControlClient:
                         yield lines
         except _TRANSPORT_ERRORS as err:  # at connect or mid-stream
             raise ApiError(name, f"{_UNREACHABLE}{_reason(err)}") from None
+
+    async def gateway(self, url: str) -> GatewayReading:
+        """The site gateway's exporter page (`appliance gateway --metrics-listen`), read now; ApiError named
+        "gateway" when it cannot be reached or read."""
+        try:
+            async with self._session().get(url) as reply:
+                status, page = reply.status, await reply.text(errors="replace")
+        except _TRANSPORT_ERRORS as err:
+            raise ApiError("gateway", f"{_UNREACHABLE}{_reason(err)}") from None
+        if status != 200:
+            raise ApiError("gateway", f"{url} answered {status}", status)
+        try:
+            return read_gateway(page, time.monotonic())
+        except ValueError as err:  # not the Prometheus text format
+            raise ApiError("gateway", f"{url} is not an exporter page: {err}", status) from None
 
     async def act(self, name: str, action: Action) -> str:
         """POST /drain or /restart; the state the appliance reports having accepted it in."""

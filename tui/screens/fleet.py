@@ -1,4 +1,5 @@
-"""Every appliance of a site, one line each; Enter drills into one."""
+"""Every appliance of a site, one line each; Enter drills into one. Below, with `--gateway-metrics`, the site
+gateway's traffic per model."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from appliance.control.documents import StateDocument
-from tui.view import ApplianceView
+from tui.view import ApplianceView, GatewayView
 from tui.widgets.boards import worst_board
 from tui.widgets.format import STATE_STYLE, millis, number, percent
+from tui.widgets.gateway import GatewayPanel
+from tui.widgets.rows import Cells, show_rows
 
 __all__ = ["FleetScreen"]
 
@@ -22,6 +25,8 @@ _COLUMNS = ("appliance", "state", "model", "mesh", "generation", "load", "p99 TT
 
 class FleetScreen(Screen[None]):
     views: var[tuple[ApplianceView, ...]] = var(())
+    gateway: var[GatewayView | None] = var(None)
+    """The site gateway's traffic per model, when the console was given its exporter (`--gateway-metrics`)."""
     table = getters.query_one("#fleet", DataTable)
 
     class Selected(Message):
@@ -34,22 +39,17 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("fleet: enter opens an appliance", id="fleet-title")
         yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield GatewayPanel()
         yield Footer()
 
     def on_mount(self) -> None:
         self.table.add_columns(*_COLUMNS)
 
     def watch_views(self, views: tuple[ApplianceView, ...]) -> None:
-        table = self.table
-        for view in views:
-            cells = _row(view)
-            if view.name not in table.rows:
-                table.add_row(*cells, key=view.name)
-                continue
-            shown = table.get_row(view.name)
-            for column, cell, old in zip(table.columns, cells, shown, strict=True):
-                if cell != old:  # an unchanged cell costs nothing: no re-measure, no redraw
-                    table.update_cell(view.name, column, cell, update_width=True)
+        show_rows(self.table, [(view.name, _row(view)) for view in views])
+
+    def watch_gateway(self, gateway: GatewayView | None) -> None:
+        self.query_one(GatewayPanel).view = gateway
 
     def highlighted(self) -> str | None:
         """The appliance under the cursor: drain and restart act on it from this screen."""
@@ -62,7 +62,7 @@ class FleetScreen(Screen[None]):
             self.post_message(self.Selected(event.row_key.value))
 
 
-def _row(view: ApplianceView) -> tuple[str | Text, ...]:
+def _row(view: ApplianceView) -> Cells:
     state, summary = view.polled.state, view.summary
     if state is None:
         return (
