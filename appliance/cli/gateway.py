@@ -22,6 +22,7 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     from appliance.config.compose import compose_config
     from appliance.control.site_file import load_site_file
     from appliance.deploy.gateway import render_gateway, run_haproxy, write_gateway
+    from appliance.deploy.gateway_classes import ClassCounts, counting_classes
     from appliance.deploy.gateway_clients import read_client_keys
     from appliance.preflight.launch import secrets_from_dir
 
@@ -41,16 +42,18 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
         out.print(files.config, markup=False, end="")
         return 0
     config = write_gateway(files, folder)
-    proc = run_haproxy(config)
-    for route in files.routes:
-        out.print(f"gateway: {route.line()}", markup=False)
-    out.print(
-        f"gateway: http://{args.listen}/v1, metrics http://{args.metrics_listen}/metrics (config {config})",
-        markup=False,
-    )
-    for sig in (signal.SIGTERM, signal.SIGINT):  # HAProxy stops on either; pass on what we receive
-        signal.signal(sig, lambda received, _: proc.send_signal(received))
-    code = proc.wait()
+    counts = ClassCounts([r.model for r in files.routes], gateway.classes)
+    with counting_classes(folder.absolute(), counts):  # bound before HAProxy starts logging to it
+        proc = run_haproxy(config)
+        for route in files.routes:
+            out.print(f"gateway: {route.line()}", markup=False)
+        metrics = f"http://{args.metrics_listen}/metrics"
+        out.print(
+            f"gateway: http://{args.listen}/v1, metrics {metrics}, {metrics}/classes (config {config})", markup=False
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):  # HAProxy stops on either; pass on what we receive
+            signal.signal(sig, lambda received, _: proc.send_signal(received))
+        code = proc.wait()
     if code not in (0, 143, -signal.SIGTERM, -signal.SIGINT):
         err.print(f"error: haproxy exited with code {code}", markup=False)
         return 4

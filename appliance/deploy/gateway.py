@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from appliance.config.schema import GatewayConfig
 from appliance.deploy.gateway_admission import ModelRoute, model_routes
 from appliance.deploy.gateway_answers import Answer, errorfile, return_line
+from appliance.deploy.gateway_classes import CLASSES_PATH, classes_backend
 from appliance.deploy.gateway_clients import KEYS_MAP, ClientKey, client_table, keys_map
 from appliance.deploy.gateway_frontend import MODELS_FILE, frontend, models_document
 from appliance.errors import ConfigError, LaunchError, Problem
@@ -152,6 +153,7 @@ def render_gateway(
             "",
             *frontend(listen, folder, routes, gateway, clients),
             *_exporter(metrics_listen),
+            *classes_backend(folder),
             *(line for r in routes for line in _model_backend(r, folder, by_name, gateway.sheddable)),
             *(line for b in backends for line in _readiness_backend(b, check_interval_ms)),
             *client_table(clients),
@@ -181,13 +183,15 @@ def write_gateway(files: GatewayFiles, folder: Path) -> Path:
 
 def _exporter(metrics_listen: str) -> list[str]:
     """HAProxy's own Prometheus exporter (built into Debian's package: `haproxy -vv` lists PROMEX), on a listener of
-    its own so that the OpenAI endpoint never serves it (manual 4.2 "http-request use-service")."""
+    its own so that the OpenAI endpoint never serves it (manual 4.2 "http-request use-service"), and beside it the
+    gateway's per-class counters (gateway_classes)."""
     return [
         "",
         "frontend metrics",
         f"    bind {metrics_listen}",
         "    http-request use-service prometheus-exporter if { path /metrics }",
-        "    http-request return status 404",
+        f"    http-request return status 404 unless {{ path {CLASSES_PATH} }}",
+        "    use_backend classes",
     ]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from appliance.config.schema import GatewayConfig
 from appliance.deploy.gateway_admission import ModelRoute
 from appliance.deploy.gateway_answers import Answer, return_line
+from appliance.deploy.gateway_classes import request_log
 from appliance.deploy.gateway_clients import ClientKey, client_classes, client_rules
 
 __all__ = ["MODELS_FILE", "frontend", "models_document"]
@@ -45,6 +46,7 @@ def frontend(
     return [
         "frontend openai",
         f"    bind {listen}",
+        *request_log(folder),
         "    option http-buffer-request",
         f"    errorfile 400 {folder / '400.http'}",
         f"    errorfile 408 {folder / '408.http'}",

@@ -12,8 +12,10 @@ label. Per model:
   a failed connection, as it does a connection an engine refused after every retry: both answered 429);
 - offered: `haproxy_backend_http_requests_total`, every request routed to the model.
 
-Per priority class there is no series: the exporter publishes a stick table's size and use, not its entries, and
-HAProxy 2.6 cannot count a queue timeout in a table (`http-after-response` has no `sc-inc-gpc`).
+Per priority class the exporter has no series (it publishes a stick table's size and use, not its entries): the
+gateway counts its request log instead (gateway_classes), served on the same listener at `/metrics/classes` and
+scraped as `<site>-gateway-classes`, `appliance_gateway_requests_total{model, class, outcome}` and
+`appliance_gateway_queue_seconds{model, class}`. The shedding alert reads those, so it names the class.
 """
 
 from __future__ import annotations
@@ -23,9 +25,20 @@ from urllib.parse import urlsplit
 
 from appliance.deploy.board_rules import alert
 from appliance.deploy.gateway_admission import MODEL_BACKEND
+from appliance.deploy.gateway_classes import CLASSES_PATH
 from appliance.errors import ConfigError, Problem
 
-__all__ = ["GatewayAlertOptions", "admitted", "gateway_alerts", "gateway_scrape", "models_of", "queued", "shed"]
+__all__ = [
+    "GatewayAlertOptions",
+    "admitted",
+    "by_class",
+    "classes_of",
+    "gateway_alerts",
+    "gateway_scrapes",
+    "models_of",
+    "queued",
+    "shed",
+]
 
 
 class GatewayAlertOptions(Protocol):
@@ -41,9 +54,9 @@ class GatewayAlertOptions(Protocol):
     def gateway_queue_for(self) -> str: ...
 
 
-def gateway_scrape(site: str, addresses: tuple[str, ...]) -> dict[str, Any]:
-    """The scrape config of the site's gateways (`host:port` each, their `--metrics-listen`); ConfigError naming
-    `--gateway` for an address without a host or port."""
+def gateway_scrapes(site: str, addresses: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The scrape configs of the site's gateways (`host:port` each, their `--metrics-listen`): the exporter and the
+    per-class counters; ConfigError naming `--gateway` for an address without a host or port."""
     for address in addresses:
         parts = urlsplit(f"//{address}")
         try:
@@ -56,16 +69,26 @@ def gateway_scrape(site: str, addresses: tuple[str, ...]) -> dict[str, Any]:
                 (Problem(code="alert-option", key="--gateway", message=f"{address!r} is not host:port", fix=fix),)
             )
     model = {"source_labels": ["proxy"], "regex": f"{MODEL_BACKEND}(.+)", "target_label": "model"}
-    return {
-        "job_name": f"{site}-gateway",
-        "static_configs": [{"targets": list(addresses)}],
-        "metric_relabel_configs": [model],
-    }
+    targets = [{"targets": list(addresses)}]
+    return [
+        {"job_name": f"{site}-gateway", "static_configs": targets, "metric_relabel_configs": [model]},
+        {"job_name": f"{site}-gateway-classes", "metrics_path": CLASSES_PATH, "static_configs": targets},
+    ]
 
 
 def models_of(site: str) -> str:
     """The selector of the site's model backends."""
     return f'job="{site}-gateway",model!=""'
+
+
+def classes_of(site: str) -> str:
+    """The selector of the site's per-class counters."""
+    return f'job="{site}-gateway-classes"'
+
+
+def by_class(on: str, window: str, outcome: str) -> str:
+    """Requests per second per job, gateway, model and class, of the outcomes `outcome` matches (`outcome="shed"`)."""
+    return f"sum by (job, instance, model, class) (rate(appliance_gateway_requests_total{{{on},{outcome}}}[{window}]))"
 
 
 def admitted(on: str, window: str) -> str:
@@ -84,20 +107,27 @@ def shed(on: str, window: str) -> str:
 
 
 def gateway_alerts(site: str, o: GatewayAlertOptions) -> list[dict[str, Any]]:
-    """A model shedding more than a share of its requests; a model whose queue never emptied."""
-    on = models_of(site)
-    offered = f"rate(haproxy_backend_http_requests_total{{{on}}}[{o.rate_window}])"
+    """A model shedding more than a share of one class's requests; a model whose queue never emptied."""
+    on, counted = models_of(site), classes_of(site)
+    # Of the requests offered to the model: one refused before (a bad key, class or body) is not.
+    shed_share = (
+        by_class(counted, o.rate_window, 'outcome="shed"')
+        + " / "
+        + by_class(counted, o.rate_window, 'outcome!="refused"')
+    )
     return [
         alert(
             "ApplianceGatewayShedding",
-            f"({shed(on, o.rate_window)}) / {offered} > {o.gateway_shed_share:g}",
+            f"{shed_share} > {o.gateway_shed_share:g}",
             o.load_for,
             "warning",
             "gateway {{ $labels.instance }}: {{ $labels.model }} sheds {{ $value | humanizePercentage }} of its "
-            "requests",
-            "Clients of this model get 429 with Retry-After: its engines are full and requests wait past the bound. "
-            "If the load is expected, add an appliance serving the model; otherwise find the client on the "
-            "dashboard and hold it to a rate (gateway.clients).",
+            "{{ $labels.class }} requests",
+            "Clients of this model get 429 with Retry-After in this class: its engines are full and requests wait "
+            "past the bound (or, a sheddable class, are refused while others queue). A sheddable class shedding "
+            "alone is the site keeping its promise to the others; a higher class shedding is not. If the load is "
+            "expected, add an appliance serving the model; otherwise find the client on the dashboard and hold it "
+            "to a rate (gateway.clients).",
         ),
         alert(
             "ApplianceGatewayQueueSaturated",

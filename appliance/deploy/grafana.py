@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from appliance.deploy.gateway_watch import admitted, models_of, queued, shed
+from appliance.deploy.gateway_watch import admitted, by_class, classes_of, models_of, queued, shed
 
 __all__ = ["render_grafana"]
 
@@ -125,8 +125,10 @@ def _boards(site: str, tt_telemetry: bool) -> list[Any]:
 
 
 def _gateway(site: str) -> list[Any]:
-    """Per model: requests admitted to an engine and shed (429) per second, requests waiting for an engine."""
-    on, window = models_of(site), "$__rate_interval"
+    """Per model: requests admitted to an engine and shed (429) per second, requests waiting for an engine; the same
+    rates per model and class, and the time each class waited."""
+    on, counted, window = models_of(site), classes_of(site), "$__rate_interval"
+    waited = f"sum by (model, class, le) (rate(appliance_gateway_queue_seconds_bucket{{{counted}}}[{window}]))"
     return [
         _series(
             "Gateway: admitted and shed per model",
@@ -135,6 +137,17 @@ def _gateway(site: str) -> list[Any]:
             (shed(on, window), "{{model}} shed"),
         ),
         _series("Gateway: queued per model", "short", (queued(on), "{{model}}")),
+        _series(
+            "Gateway: admitted and shed per model and class",
+            "reqps",
+            (by_class(counted, window, 'outcome="admitted"'), "{{model}} {{class}} admitted"),
+            (by_class(counted, window, 'outcome="shed"'), "{{model}} {{class}} shed"),
+        ),
+        _series(
+            "Gateway: queue time p95 per model and class",
+            "s",
+            (f"histogram_quantile(0.95, {waited})", "{{model}} {{class}}"),
+        ),
     ]
 
 

@@ -26,7 +26,7 @@ import yaml
 from appliance.config.schema import BoardsConfig, SupervisorConfig
 from appliance.deploy.board_rules import alert as _alert
 from appliance.deploy.board_rules import board_alerts
-from appliance.deploy.gateway_watch import gateway_alerts, gateway_scrape
+from appliance.deploy.gateway_watch import gateway_alerts, gateway_scrapes
 from appliance.deploy.site_appliance import Appliance
 from appliance.errors import ConfigError, Problem
 from appliance.observe.alerts import KV_ALERT
@@ -148,7 +148,7 @@ def render_prometheus(
     exporters = _exporters(site, entries)
     scrapes += exporters
     if gateways:
-        scrapes.append(gateway_scrape(site, gateways))
+        scrapes += gateway_scrapes(site, gateways)
     config = {
         "global": {"scrape_interval": options.scrape_interval, "evaluation_interval": options.evaluation_interval},
         "rule_files": [RULES_FILE],

@@ -165,8 +165,20 @@ GATEWAY_SERIES_IN = {
     }.items()
     for name, values in series.items()
 }
-"""As the exporter names them, with the `model` label the scrape adds: tiny-a sheds 20 % of its requests and its
-queue never empties after the first minute; tiny-b sheds 1 % and its queue emptied once, at 6m."""
+"""As the exporter names them, with the `model` label the scrape adds: tiny-a's queue never empties after the first
+minute; tiny-b's emptied once, at 6m."""
+CLASSES = 'job="lab-gateway-classes", instance="10.0.4.20:8405"'
+GATEWAY_SERIES_IN |= {
+    f'appliance_gateway_requests_total{{{CLASSES}, model="{model}", class="{cls}", outcome="{outcome}"}}': values
+    for (model, cls), outcomes in {
+        ("tiny-a", "low"): {"admitted": "0+80x15", "shed": "0+20x15", "refused": "0+200x15"},
+        ("tiny-a", "high"): {"admitted": "0+100x15", "shed": "0x15"},
+        ("tiny-b", "normal"): {"admitted": "0+99x15", "shed": "0+1x15"},
+    }.items()
+    for outcome, values in outcomes.items()
+}
+"""As the gateway counts them: tiny-a sheds 20 % of its low class's offered requests (the refused ones were never
+offered) and none of its high class's; tiny-b sheds 1 % of its normal class's."""
 GATEWAY_ALERTS = (
     (
         "ApplianceGatewayShedding",
@@ -174,8 +186,8 @@ GATEWAY_ALERTS = (
         "7m",
         [
             (
-                {"job": "lab-gateway", "instance": "10.0.4.20:8405", "proxy": "model:tiny-a", "model": "tiny-a"},
-                "gateway 10.0.4.20:8405: tiny-a sheds 20% of its requests",
+                {"job": "lab-gateway-classes", "instance": "10.0.4.20:8405", "model": "tiny-a", "class": "low"},
+                "gateway 10.0.4.20:8405: tiny-a sheds 20% of its low requests",
             )
         ],
     ),
@@ -264,6 +276,9 @@ def test_the_gateway_is_scraped_with_a_model_label_and_its_alerts_fire_on_the_ex
     jobs = {s["job_name"]: s for s in yaml.safe_load((tmp_path / "prometheus.yml").read_text())["scrape_configs"]}
     assert jobs["lab-gateway"]["static_configs"] == [{"targets": ["10.0.4.20:8405"]}]
     assert "authorization" not in jobs["lab-gateway"]  # the exporter needs no token
+    classes = jobs["lab-gateway-classes"]  # the gateway's own counters, on the same listener
+    assert classes["static_configs"] == jobs["lab-gateway"]["static_configs"]
+    assert classes["metrics_path"] == "/metrics/classes" and "authorization" not in classes
     rules = yaml.safe_load((tmp_path / "tt-appliance-rules.yml").read_text())
     assert [g["name"] for g in rules["groups"]][2] == "tt-appliance-lab-gateway"
     assert {r["alert"] for r in rules["groups"][2]["rules"]} == {a[0] for a in GATEWAY_ALERTS}
@@ -390,6 +405,11 @@ def test_with_a_gateway_the_dashboard_has_a_row_of_what_it_admits_queues_and_she
         "{{model}} admitted",
         "{{model}} shed",
         "{{model}}",
+        "{{model}} {{class}} admitted",
+        "{{model}} {{class}} shed",
+        "{{model}} {{class}}",
     ]
-    assert all('job="lab-gateway",model!=""' in e for e in exprs)
+    assert all('job="lab-gateway",model!=""' in e for e in exprs[:3])
     assert "haproxy_backend_requests_denied_total" in exprs[1] and "haproxy_backend_current_queue" in exprs[2]
+    assert all('job="lab-gateway-classes"' in e for e in exprs[3:])
+    assert 'outcome="shed"' in exprs[4] and "appliance_gateway_queue_seconds_bucket" in exprs[5]
