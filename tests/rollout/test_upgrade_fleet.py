@@ -39,7 +39,8 @@ from appliance.control.documents import StateDocument
 from appliance.resources import build_dir
 from appliance.rollout.environments import build_environment, pins_hash
 from appliance.weights.layout import entry_dir, stamp_file
-from testkit.appliance_process import ROOT, ClosedLoop, Served, running_appliance, running_gateway, serve_command
+from testkit.appliance_process import ROOT, ClosedLoop, Served, running_appliance, serve_command
+from testkit.gateway_site import running_gateway
 from testkit.helpers import cpu_plan, free_port
 from testkit.paths import DATA
 from testkit.weights_mirror import Mirror, Nginx, publish, running_nginx
@@ -91,7 +92,11 @@ def site(cpu_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             f"- {{name: a, url: {a.control_url}, token_env: A_TOKEN}}\n"
             f"- {{name: b, url: {b.control_url}, token_env: B_TOKEN}}\n"
         )
-        with running_gateway(site_file, tokens(a, b), tmp / "gw", BODY) as url:
+        models = [str(BODY["model"])]
+        gateway = running_gateway(
+            site_file, tmp / "gw", models=models, env=tokens(a, b), check_interval_ms=250, within_s=60
+        )
+        with gateway as url:
             yield a, b, site_file, url
 
 
