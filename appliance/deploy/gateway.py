@@ -147,6 +147,10 @@ def render_gateway(
             "    timeout server 10m",  # a long generation streams for minutes
             # Headers and body, with http-buffer-request (manual 4.2 "timeout http-request"): a slowloris gets 408.
             f"    timeout http-request {round(gateway.request_timeout_s * 1000)}ms",
+            # A request whose client gave up while it queued leaves the queue then, not when a slot frees: by default
+            # HAProxy still sends it and an engine generates for no one (manual 4.2 "option abortonclose"). Set here,
+            # not in the models' backends: 2.6 read an HTTP/1 client's close while queued only with it in defaults.
+            "    option abortonclose",
             "    retries 3",
             "    option redispatch 1",
             "    retry-on conn-failure empty-response 502 503",

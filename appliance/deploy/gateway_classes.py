@@ -1,4 +1,5 @@
-"""Per model and priority class, what the gateway admitted, shed, refused and failed: counted from HAProxy's log.
+"""Per model and priority class, what the gateway admitted, shed, refused and failed, and which requests their
+clients abandoned in the queue: counted from HAProxy's log.
 
 HAProxy 2.6's exporter publishes per proxy, not per stick-table entry, so a request's class is known only to its
 log. The OpenAI frontend logs each request as one JSON object (configuration manual 8.2.4, custom log format) to a
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 CLASSES_PATH = "/metrics/classes"
 """Where the metrics listener serves the per-class counters (`render prometheus --gateway` scrapes it)."""
-OUTCOMES = ("admitted", "shed", "refused", "error")
+OUTCOMES = ("admitted", "shed", "refused", "error", "abandoned")
 _LOG_SOCKET, _PAGE_SOCKET = "requests.sock", "classes.sock"
 _UNSEEN = "-"
 """The model or class label of a request naming none the site serves or lists: client text never becomes a label."""
@@ -67,6 +68,8 @@ def outcome(status: int, backend: str, server: str, termination: str) -> str | N
     """What became of a request, from its log fields; None for one the gateway answered itself with no error."""
     if termination.startswith("sQ"):  # waited the whole bound: the errorfile sends the 429
         return "shed"
+    if termination.startswith("CQ"):  # its client closed while it queued (manual 8.5): no engine was asked
+        return "abandoned"
     if status >= 500:
         return "error"
     if server != "<NOSRV>":

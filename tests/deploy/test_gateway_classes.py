@@ -1,6 +1,6 @@
 """The gateway counted per model and priority class: the real gateway admits, queues, sheds and refuses requests of
-several classes, and its `/metrics/classes` page (HAProxy's request log, counted by `appliance gateway`) moves by
-exactly what the clients saw."""
+several classes (one abandoned by its client while queued), and its `/metrics/classes` page (HAProxy's request log,
+counted by `appliance gateway`) moves by exactly what the clients saw."""
 
 from __future__ import annotations
 
@@ -65,14 +65,22 @@ async def test_each_model_and_class_is_counted_as_the_clients_saw_it(metrics: tu
             reply = await http.post(f"{url}/v1/completions", json={"model": model}, headers={"X-Priority": cls})
             return reply.status_code
 
+        async def give_up(model: str, cls: str) -> str:
+            """A client that waits 0.15 s (less than the 0.5 s bound) and closes its connection."""
+            async with httpx.AsyncClient(timeout=0.15) as impatient:
+                with pytest.raises(httpx.ReadTimeout):
+                    await impatient.post(f"{url}/v1/completions", json={"model": model}, headers={"X-Priority": cls})
+            return "gave up"
+
         high = [asyncio.create_task(post(SLOW.model, "high")) for _ in range(2)]  # both engine slots
         await asyncio.sleep(0.2)
         normal = [asyncio.create_task(post(SLOW.model, "normal")) for _ in range(3)]  # queued past the bound
+        gone = asyncio.create_task(give_up(SLOW.model, "normal"))  # queued, then abandoned before the bound
         await asyncio.sleep(0.2)
         low = await post(SLOW.model, "low")  # shed at once: its model queues
         seen = Counter(
             [("tiny-a", "high", s) for s in await asyncio.gather(*high)]
-            + [("tiny-a", "normal", s) for s in await asyncio.gather(*normal)]
+            + [("tiny-a", "normal", s) for s in await asyncio.gather(*normal, gone)]
             + [("tiny-a", "low", low)]
             + [("tiny-b", "low", await post(FAST.model, "low")) for _ in range(2)]
             + [("tiny-a", "-", await post(SLOW.model, "vip"))]
@@ -81,6 +89,7 @@ async def test_each_model_and_class_is_counted_as_the_clients_saw_it(metrics: tu
     assert seen == {
         ("tiny-a", "high", 200): 2,
         ("tiny-a", "normal", 429): 3,
+        ("tiny-a", "normal", "gave up"): 1,
         ("tiny-a", "low", 429): 1,
         ("tiny-b", "low", 200): 2,
         ("tiny-a", "-", 400): 1,
@@ -89,6 +98,7 @@ async def test_each_model_and_class_is_counted_as_the_clients_saw_it(metrics: tu
     want = {
         ("tiny-a", "high", "admitted"): 2,
         ("tiny-a", "normal", "shed"): 3,
+        ("tiny-a", "normal", "abandoned"): 1,  # left the queue when its client closed: never sent to the engine
         ("tiny-a", "low", "shed"): 1,
         ("tiny-b", "low", "admitted"): 2,
         ("tiny-a", "-", "refused"): 1,
@@ -100,5 +110,6 @@ async def test_each_model_and_class_is_counted_as_the_clients_saw_it(metrics: tu
             break
         await asyncio.sleep(0.1)
     assert moved(requests, before[0]) == want
-    # Each request that reached its model's queue, once: admitted at once or after a wait, or shed past the bound.
-    assert moved(queued, before[1]) == {("tiny-a", "high"): 2, ("tiny-a", "normal"): 3, ("tiny-b", "low"): 2}
+    # Each request that reached its model's queue, once: admitted at once or after a wait, shed past the bound, or
+    # abandoned while it waited.
+    assert moved(queued, before[1]) == {("tiny-a", "high"): 2, ("tiny-a", "normal"): 4, ("tiny-b", "low"): 2}
