@@ -138,10 +138,12 @@ def _gateway(site: str) -> list[Any]:
         ),
         _series("Gateway: queued per model", "short", (queued(on), "{{model}}")),
         _series(
-            "Gateway: admitted and shed per model and class",
+            "Gateway: admitted, shed and abandoned per model and class",
             "reqps",
             (by_class(counted, window, 'outcome="admitted"'), "{{model}} {{class}} admitted"),
             (by_class(counted, window, 'outcome="shed"'), "{{model}} {{class}} shed"),
+            # Clients that gave up while queued: their timeouts are shorter than the wait bound.
+            (by_class(counted, window, 'outcome="abandoned"'), "{{model}} {{class}} abandoned"),
         ),
         _series(
             "Gateway: queue time p95 per model and class",

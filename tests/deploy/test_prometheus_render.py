@@ -407,9 +407,11 @@ def test_with_a_gateway_the_dashboard_has_a_row_of_what_it_admits_queues_and_she
         "{{model}}",
         "{{model}} {{class}} admitted",
         "{{model}} {{class}} shed",
+        "{{model}} {{class}} abandoned",
         "{{model}} {{class}}",
     ]
     assert all('job="lab-gateway",model!=""' in e for e in exprs[:3])
     assert "haproxy_backend_requests_denied_total" in exprs[1] and "haproxy_backend_current_queue" in exprs[2]
     assert all('job="lab-gateway-classes"' in e for e in exprs[3:])
-    assert 'outcome="shed"' in exprs[4] and "appliance_gateway_queue_seconds_bucket" in exprs[5]
+    assert 'outcome="shed"' in exprs[4] and 'outcome="abandoned"' in exprs[5]
+    assert "appliance_gateway_queue_seconds_bucket" in exprs[6]
