@@ -66,8 +66,8 @@ async def test_each_model_and_class_is_counted_as_the_clients_saw_it(metrics: tu
             return reply.status_code
 
         async def give_up(model: str, cls: str) -> str:
-            """A client that waits 0.15 s (less than the 0.5 s bound) and closes its connection."""
-            async with httpx.AsyncClient(timeout=0.15) as impatient:
+            """A client that waits 0.25 s for its answer (less than the 0.5 s bound) and closes its connection."""
+            async with httpx.AsyncClient(timeout=httpx.Timeout(5, read=0.25)) as impatient:
                 with pytest.raises(httpx.ReadTimeout):
                     await impatient.post(f"{url}/v1/completions", json={"model": model}, headers={"X-Priority": cls})
             return "gave up"
