@@ -3,8 +3,9 @@ exactly what one whole Hydra composition of every override gives: the same tree 
 same problem.
 
 The reference below is Hydra's public compose API with every override at once. Each generated example
-composes through the two steps twice (the merge built, then read from the cache) and once whole:
-1,000 examples under `make test` (CI), 20 in a plain `pytest`.
+composes through the two steps twice (the first builds the merge where the module's cache has not seen its group
+selections, the second reads it back) and once whole: 1,000 examples under `make test` (CI), 20 in a plain
+`pytest`.
 """
 
 from __future__ import annotations
