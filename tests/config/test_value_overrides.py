@@ -75,7 +75,7 @@ def same_both_ways(overrides: list[str], site_dir: Path | None = None, extra_roo
     except ConfigError as err:
         return str(err)  # refused before composing (`mesh=`): neither step runs
     expected = whole(normalized, site_dir, extra_root)
-    assert in_two_steps(normalized, site_dir, extra_root) == expected  # the merge built
+    assert in_two_steps(normalized, site_dir, extra_root) == expected  # the merge built, if new
     assert in_two_steps(normalized, site_dir, extra_root) == expected  # the merge read back
     return expected
 
