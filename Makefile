@@ -3,7 +3,8 @@
 # environments, the independent ones at once, as steps with one progress display
 # (build/setup/run_steps.py: rich rows on a terminal, one line per step otherwise; logs in .tools/logs).
 # While editing: `make test-fast` (no engine, about 2 min) and `make test-engine` (the engine tier, about
-# 14 min on two workers, mostly engine boots: docs/development/tests.md). `make docs` builds the documentation site into site/.
+# 14 min on two workers, mostly engine boots: docs/development/tests.md). `make docs` builds the documentation
+# site into site/.
 PYTHON ?= python3
 TOOLS := .tools/setup
 UV := $(CURDIR)/$(TOOLS)/bin/uv
