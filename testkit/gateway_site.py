@@ -131,6 +131,19 @@ def running_gateway(
         stop_process(gateway, timeout=10)
 
 
+@contextmanager
+def metered_gateway(engines: Sequence[Engine], folder: Path, *overrides: str) -> Iterator[tuple[Path, str, str]]:
+    """The site of `engines` behind `appliance gateway` with `overrides`, each model routed: the site file, the
+    gateway's URL and its metrics listener's host:port (known before it starts, for a scrape config)."""
+    metrics = f"127.0.0.1:{free_ports(1)[0]}"
+    models = [e.model for e in engines]
+    with (
+        running_site(engines, folder) as site,
+        running_gateway(site, folder / "gw", *overrides, models=models, metrics_listen=metrics) as url,
+    ):
+        yield site, url, metrics
+
+
 def _ready(url: str, model: str | None, headers: dict[str, str]) -> bool:
     try:
         if model is None:

@@ -12,8 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.gateway_site import Engine, running_gateway, running_site
-from testkit.helpers import free_ports
+from testkit.gateway_site import Engine, metered_gateway
 
 SLOW = Engine("a", "tiny-a", max_concurrency=2, delay_s=1.0)
 FAST = Engine("b", "tiny-b", max_concurrency=4)
@@ -24,14 +23,7 @@ Counts = dict[tuple[str, ...], float]
 @pytest.fixture(scope="module")
 def metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The gateway's URL and its metrics listener's host:port."""
-    folder = tmp_path_factory.mktemp("classes")
-    metrics = f"127.0.0.1:{free_ports(1)[0]}"
-    with (
-        running_site([SLOW, FAST], folder) as site,
-        running_gateway(
-            site, folder / "gw", "gateway.ttft_slo_s=1", models=[SLOW.model, FAST.model], metrics_listen=metrics
-        ) as url,
-    ):
+    with metered_gateway([SLOW, FAST], tmp_path_factory.mktemp("classes"), "gateway.ttft_slo_s=1") as (_, url, metrics):
         yield url, metrics
 
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.gateway_site import Engine, running_gateway, running_site
-from testkit.helpers import Cli, free_ports
+from testkit.gateway_site import Engine, metered_gateway
+from testkit.helpers import Cli
 from testkit.prometheus import query_until, running_prometheus
 
 SLOW = Engine("a", "tiny-a", max_concurrency=2, delay_s=1.0)
@@ -33,15 +33,8 @@ Sample = dict[tuple[str, str], float]
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
     """The site file, the gateway's URL and its exporter's host:port."""
-    folder = tmp_path_factory.mktemp("metrics")
-    metrics = f"127.0.0.1:{free_ports(1)[0]}"
-    with (
-        running_site([SLOW, FAST], folder) as site,
-        running_gateway(
-            site, folder / "gw", "gateway.ttft_slo_s=1", models=[SLOW.model, FAST.model], metrics_listen=metrics
-        ) as url,
-    ):
-        yield site, url, metrics
+    with metered_gateway([SLOW, FAST], tmp_path_factory.mktemp("metrics"), "gateway.ttft_slo_s=1") as gateway:
+        yield gateway
 
 
 def scrape(metrics: str) -> Sample:

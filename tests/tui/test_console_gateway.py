@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 from appliance.control.client import ControlClient
 from appliance.control.site_file import load_site_file, target
 from testkit.console_pilot import poll, recorded_console, shown
-from testkit.gateway_site import TOKEN, Engine, running_gateway, running_site
+from testkit.gateway_site import TOKEN, Engine, metered_gateway
 from testkit.helpers import free_port
 from testkit.recorded_appliance import recorded_appliance
 from tui.app import make_console
@@ -29,13 +29,7 @@ SLOW = Engine("a", "tiny-a", max_concurrency=2, delay_s=1.0)
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
     """The site file, the gateway's URL and its exporter's URL."""
     folder = tmp_path_factory.mktemp("console-gateway")
-    metrics = f"127.0.0.1:{free_port()}"
-    with (
-        running_site([SLOW], folder) as site,
-        running_gateway(
-            site, folder / "gw", "gateway.ttft_slo_s=1", models=[SLOW.model], metrics_listen=metrics
-        ) as url,
-    ):
+    with metered_gateway([SLOW], folder, "gateway.ttft_slo_s=1") as (site, url, metrics):
         yield site, url, f"http://{metrics}/metrics"
 
 
