@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from appliance.weights.fetch import fetch
 from appliance.weights.lock import Lock, LockedFile, read_lock
 from appliance.weights.source import HttpSource
@@ -82,6 +84,11 @@ class Nginx:
 
     def requests_for(self, path: str) -> list[Request]:
         return [r for r in self.requests() if r.uri.endswith(f"/{path}")]
+
+    def connections(self) -> list[str]:
+        """The states of this process's TCP connections to the mirror: a fetch that has returned holds none."""
+        port = int(self.url.rsplit(":", 1)[1])
+        return [c.status for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port]
 
 
 def mirror_files() -> dict[str, bytes]:

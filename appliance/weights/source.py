@@ -155,7 +155,7 @@ class HttpSource:
         # The files go through urllib3 (http.client's reads into large buffers): httpx's receive path streamed a
         # loopback mirror at a third of curl's rate (bench/weights.py), urllib3 at curl's. Redirects are followed
         # (the hub answers a file with one to its CDN) and urllib3 drops the token when the host changes.
-        with urllib3.PoolManager() as pool:  # closed with the file: no socket outlives its fetch
+        with _connections() as pool:  # closed with the file: no socket outlives its fetch
             try:
                 response = pool.request(
                     "GET",
@@ -176,7 +176,9 @@ class HttpSource:
                     raise WeightsError(f"{path}: {url} answered the range {offset}- with {answered!r}")
                 yield Body(offset if resumed else 0, _chunks(path, url, response))
             finally:
-                response.release_conn()
+                # Closed, not released: a response not read to its end (an error status, a file cancelled or
+                # refused mid-body) holds its connection outside the pool that `_connections` closes.
+                response.close()
 
     def _next_page(self, what: str, page: str, response: httpx.Response) -> str | None:
         """The hub's next page of a long listing; only on this source, which the token is sent to."""
@@ -191,6 +193,20 @@ class HttpSource:
     def _client(self) -> httpx.Client:
         # The hub answers a file with a redirect to its CDN; httpx drops the token when the host changes.
         return httpx.Client(timeout=self._timeout, follow_redirects=True)
+
+
+@contextmanager
+def _connections() -> Iterator[urllib3.PoolManager]:
+    """A PoolManager whose sockets are closed when the block ends. Its own exit only forgets its pools (urllib3 closes
+    a pool's idle connections when the pool is collected), and a response kept by an error's traceback keeps its
+    pool, so a connection released to it after a file was read to its end stayed open until a garbage collection."""
+    manager = urllib3.PoolManager()
+    try:
+        yield manager
+    finally:
+        for key in manager.pools.keys():  # noqa: SIM118 - the container refuses iteration; keys() is its copy
+            manager.pools[key].close()
+        manager.clear()
 
 
 def _tree(what: str, url: str, content: bytes) -> list[_TreeEntry]:

@@ -149,6 +149,7 @@ def test_a_404_is_one_line_naming_the_file_and_is_not_retried(
     assert _one_line(raised).startswith(f"{what}: HTTP 404 from {server.url}/")
     assert [r.status for r in server.requests() if r.status == 404] == [404]
     assert not entry_dir(tmp_path, CHECKPOINT, revision).exists()
+    assert server.connections() == []  # the unread answer's socket was closed with it
 
 
 @pytest.mark.parametrize("locked", [False, True], ids=["listing", "file"])
@@ -161,6 +162,7 @@ def test_a_500_is_retried_a_bounded_number_of_times_then_reported_in_one_line(
     assert _one_line(raised).startswith(f"{what}: HTTP 500 from {server.url}/error/")
     assert raised.value.args[0].endswith(f" (gave up after {FAST.attempts} attempts)")
     assert [r.status for r in server.requests()] == [500] * FAST.attempts
+    assert server.connections() == []
 
 
 def test_a_connection_closed_without_an_answer_is_retried_then_reported(
@@ -317,6 +319,7 @@ def test_a_disk_that_fills_during_the_fetch_is_one_line_and_the_staging_folder_i
     assert isinstance(error, DiskFull) and str(error).startswith(f"disk full writing {store}/.staging/")
     assert not staging_dir(store, CHECKPOINT, REVISION).exists()
     assert not entry_dir(store, CHECKPOINT, REVISION).exists()
+    assert server.connections() == []  # neither the files cancelled mid-body nor those done keep a socket
 
 
 def _fill(path: Path) -> None:
