@@ -138,7 +138,7 @@ PARALLEL := -n 3 --dist worksteal
 # so under `loadgroup` each appliance is still booted once.
 ENGINE_PARALLEL := -n 2 --dist loadgroup
 
-# CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input test).
+# CI: lint, then both tiers, with the "ci" Hypothesis profile (1,000 examples per generated-input test, 500 site files).
 # Each tier prints its time against its budget (build/setup/tier.sh): 30 minutes in all on a fresh 2-core machine,
 # divided by what each tier took in fresh clones of sessions 24 and 25: lint 13-24 s, the fast tier 2 min 54 s to
 # 3 min 37 s (1,693 tests, bound by CPU), the engine tier 13-15 min on two workers (session 25). Set-up keeps

@@ -1,12 +1,20 @@
 """Generated bad input: override sets and site files give a plan or a ConfigError, nothing else.
 
-Each example is a full Hydra composition: 1,000 per test under `make test` (CI), 20 in a plain `pytest`
-or `make test-fast` (`COMPOSING_EXAMPLES`, testkit/helpers.py).
+Each example is a full Hydra composition: 1,000 override sets and 500 site files under `make test` (CI), 20 and 10
+in a plain `pytest` or `make test-fast` (`COMPOSING_EXAMPLES`, testkit/helpers.py).
+
+The site files are half as many because their strategy spends them better. Each entry used to write its own parents
+and stray text followed every file, so 84-89 % of the files were YAML that does not parse. Now half the files are
+written nested and half have no stray text. Over three seeds, 500 such files reached as many distinct problems (each
+code with each key, an unknown key's made-up names counted as one: 23-27 against 23-26 at 1,000) and as many
+distinct sets of problems per file (50-62 against 48-63), and more of them a whole plan (16-22 against 11-13). The
+test alone took 37.5 s and 43.9 s against 48.6 s and 51.9 s, side by side.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from hypothesis import example, given, settings
@@ -92,22 +100,47 @@ def test_generated_override_sets_give_a_plan_or_a_config_error(pairs: list[tuple
     outcome([f"{k}={v}" for k, v in pairs] + ["mesh=t3k", "+model=llama"])
 
 
-def render_site(entries: list[tuple[str, object]], raw: str) -> str:
-    lines = ["# @package _global_"]
+def render_site(entries: list[tuple[str, object]], raw: str, nested: bool) -> str:
+    """A site file of `entries` under their dotted keys, then `raw`. Nested, each parent is written once (a later
+    entry replaces an earlier one it conflicts with); flat, each entry writes its own parents, so two entries under
+    one parent repeat it: a duplicate key, which YAML refuses."""
+    trees = [_tree(entries)] if nested else [_tree([entry]) for entry in entries]
+    return "\n".join(["# @package _global_", *(line for tree in trees for line in _lines(tree, ""))]) + "\n" + raw
+
+
+def _tree(entries: list[tuple[str, object]]) -> dict[str, object]:
+    tree: dict[str, object] = {}
     for key, value in entries:
         *parents, leaf = key.split(".") if key else [""]
-        indent = ""
+        node = tree
         for parent in parents:
-            lines.append(f"{indent}{parent}:")
-            indent += "  "
-        lines.append(f"{indent}{leaf}: {value!r}" if not isinstance(value, list) else f"{indent}{leaf}: {value}")
-    return "\n".join(lines) + "\n" + raw
+            child = node.get(parent)
+            if not isinstance(child, dict):
+                child = node[parent] = {}
+            node = child
+        node[leaf] = value
+    return tree
 
 
-@settings(max_examples=COMPOSING_EXAMPLES)
-@given(st.lists(st.tuples(SITE_KEYS, YAML_VALUES), max_size=5), st.text("{}[]:,'\"- \n#&*!|>%@`abc", max_size=20))
-@example([], "a\n\n\n>")  # stray text that YAML reads as one key holding a newline
-def test_generated_site_files_give_a_plan_or_a_config_error(entries: list[tuple[str, object]], raw: str) -> None:
+def _lines(tree: dict[str, object], indent: str) -> Iterator[str]:
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield f"{indent}{key}:"
+            yield from _lines(value, indent + "  ")
+        else:
+            yield f"{indent}{key}: {value}" if isinstance(value, list) else f"{indent}{key}: {value!r}"
+
+
+@settings(max_examples=COMPOSING_EXAMPLES // 2)
+@given(
+    st.lists(st.tuples(SITE_KEYS, YAML_VALUES), max_size=5),
+    st.one_of(st.just(""), st.text("{}[]:,'\"- \n#&*!|>%@`abc", max_size=20)),
+    st.booleans(),
+)
+@example([], "a\n\n\n>", True)  # stray text that YAML reads as one key holding a newline
+def test_generated_site_files_give_a_plan_or_a_config_error(
+    entries: list[tuple[str, object]], raw: str, nested: bool
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "generated.yaml").write_text(render_site(entries, raw))
+        (Path(tmp) / "generated.yaml").write_text(render_site(entries, raw, nested))
         outcome(["site=generated", "mesh=t3k", "+model=llama"], Path(tmp))
